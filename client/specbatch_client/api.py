@@ -1,0 +1,165 @@
+"""Call the `specbatch` ensemble and get one Answer per prompt, in order.
+
+The ensemble is decoupled (its scheduler answers later), so plain `/infer` refuses
+it: HTTP goes through Triton's `/generate` endpoint and gRPC through the
+bidirectional stream that tritonclient's `start_stream` opens.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MODEL = "specbatch"
+_COUNTERS = ("num_input_tokens", "num_output_tokens", "total_draft_tokens", "total_accepted_draft_tokens")
+
+
+class ServerError(RuntimeError):
+    """The server refused the whole request (a TritonError)."""
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Per-request sampling options; None leaves the server's per-task default."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    task: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One prompt's answer with its routing and speculative-decoding counters."""
+
+    text: str
+    task: str
+    finish_reason: str
+    num_input_tokens: int
+    num_output_tokens: int
+    total_draft_tokens: int
+    total_accepted_draft_tokens: int
+    acceptance_rate: float
+    error: str = ""
+
+
+def _as_list(value: object) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def answers_from_columns(columns: dict[str, list]) -> list[Answer]:
+    """Rows from the ensemble's output columns (JSON lists or decoded numpy arrays)."""
+    texts = _as_list(columns["text_output"])
+    count = len(texts)
+
+    def column(name: str, default: object) -> list:
+        return _as_list(columns[name]) if name in columns else [default] * count
+
+    tasks, reasons, errors = column("task", ""), column("finish_reason", ""), column("error", "")
+    rates = column("acceptance_rate", 0.0)
+    counters = {name: column(name, 0) for name in _COUNTERS}
+    return [
+        Answer(
+            text=texts[i],
+            task=tasks[i],
+            finish_reason=reasons[i],
+            error=errors[i],
+            acceptance_rate=float(rates[i]),
+            **{name: int(counters[name][i]) for name in _COUNTERS},
+        )
+        for i in range(count)
+    ]
+
+
+class SpecbatchClient:
+    """`SpecbatchClient("localhost:8000")` for HTTP, `SpecbatchClient("localhost:8001", "grpc")` for gRPC."""
+
+    def __init__(self, url: str = "localhost:8000", protocol: str = "http", timeout_s: float = 600.0) -> None:
+        if protocol not in ("http", "grpc"):
+            raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        self.url = url.removeprefix("http://")
+        self.protocol = protocol
+        self.timeout_s = timeout_s
+
+    def generate(self, prompts: str | Sequence[str], options: GenerationOptions | None = None) -> list[Answer]:
+        """Answers in the order of `prompts`; raises ServerError if the server refused the request."""
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        options = options or GenerationOptions()
+        if self.protocol == "http":
+            return self._generate_http(prompts, options)
+        return self._generate_grpc(prompts, options)
+
+    def _generate_http(self, prompts: list[str], options: GenerationOptions) -> list[Answer]:
+        body: dict[str, object] = {"text_input": prompts}
+        for name in ("max_tokens", "temperature", "top_p", "top_k"):
+            value = getattr(options, name)
+            if value is not None:
+                body[name] = value
+        if options.task is not None:
+            body["task_override"] = [options.task] * len(prompts)
+        request = urllib.request.Request(
+            f"http://{self.url}/v2/models/{MODEL}/generate",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+                return answers_from_columns(json.loads(reply.read()))
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            try:
+                detail = json.loads(detail).get("error", detail)
+            except json.JSONDecodeError:
+                pass
+            raise ServerError(detail) from None
+
+    def _generate_grpc(self, prompts: list[str], options: GenerationOptions) -> list[Answer]:
+        import tritonclient.grpc as grpcclient
+
+        inputs = [_grpc_input(grpcclient, "text_input", np.array([p.encode() for p in prompts], dtype=np.object_))]
+        scalars = {
+            "max_tokens": (options.max_tokens, np.int32),
+            "temperature": (options.temperature, np.float32),
+            "top_p": (options.top_p, np.float32),
+            "top_k": (options.top_k, np.int32),
+        }
+        for name, (value, dtype) in scalars.items():
+            if value is not None:
+                inputs.append(_grpc_input(grpcclient, name, np.array([value], dtype=dtype)))
+        if options.task is not None:
+            inputs.append(
+                _grpc_input(
+                    grpcclient, "task_override", np.array([options.task.encode()] * len(prompts), dtype=np.object_)
+                )
+            )
+        responses: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            client.start_stream(callback=lambda result, error: responses.put((result, error)))
+            client.async_stream_infer(MODEL, inputs, request_id=uuid.uuid4().hex)
+            result, error = responses.get(timeout=self.timeout_s)
+        finally:
+            client.stop_stream()
+            client.close()
+        if error is not None:
+            raise ServerError(str(error.message() if hasattr(error, "message") else error))
+        columns = {}
+        for output in result.get_response().outputs:
+            array = result.as_numpy(output.name)
+            columns[output.name] = [v.decode() if isinstance(v, bytes) else v.item() for v in array.reshape(-1)]
+        return answers_from_columns(columns)
+
+
+def _grpc_input(grpcclient, name: str, array: np.ndarray):
+    datatype = "BYTES" if array.dtype == np.object_ else {np.int32: "INT32", np.float32: "FP32"}[array.dtype.type]
+    tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    return tensor

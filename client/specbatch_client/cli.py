@@ -1,0 +1,48 @@
+"""`specbatch-client "prompt" ...`: send prompts to a running specbatch server and print the answers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specbatch_client.api import GenerationOptions, ServerError, SpecbatchClient
+
+DEFAULT_URLS = {"http": "localhost:8000", "grpc": "localhost:8001"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specbatch-client", description=__doc__)
+    parser.add_argument("prompts", nargs="*", help="prompts, answered in order")
+    parser.add_argument("--file", type=Path, help="a file of prompts separated by lines holding only '---'")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    parser.add_argument("--url", help="host:port (default localhost:8000 for http, localhost:8001 for grpc)")
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--task", choices=("graph", "mmlu", "infobench"), help="skip routing")
+    args = parser.parse_args(argv)
+
+    prompts = list(args.prompts)
+    if args.file:
+        prompts += [p.strip("\n") for p in args.file.read_text().split("\n---\n") if p.strip()]
+    if not prompts:
+        parser.error("give prompts as arguments or with --file")
+    client = SpecbatchClient(args.url or DEFAULT_URLS[args.protocol], args.protocol)
+    options = GenerationOptions(args.max_tokens, args.temperature, args.top_p, args.top_k, args.task)
+    try:
+        answers = client.generate(prompts, options)
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for index, answer in enumerate(answers):
+        print(f"[{index}] task={answer.task} finish={answer.finish_reason} "
+              f"tokens={answer.num_input_tokens}->{answer.num_output_tokens} "
+              f"acceptance={answer.acceptance_rate:.2f}")
+        print(answer.error and f"error: {answer.error}" or answer.text)
+    return 0 if all(not a.error for a in answers) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""qwen3_specdec: one target + draft pair on this instance's device, serving scheduler batches.
+
+Called by the scheduler through BLS with a `mode` (speculative, target_only,
+draft_only, score) and one row per prompt; answers per-row outcomes plus the
+instance's measured seconds per token and free KV capacity.
+"""
+
+import json
+import logging
+
+import torch
+import triton_python_backend_utils as pb_utils
+
+from specbatch.decoding import Engine, load_model_pair
+from specbatch.serving.protocol import work_from_arrays, worker_result_arrays
+from specbatch.serving.settings import ModelSettings, project_root
+from specbatch.serving.worker import BatchWorker
+from specbatch.triton import logs
+from specbatch.triton.metrics import MetricRegistry
+from specbatch.triton.tensors import arrays_of, error_response, response
+
+INPUTS = ("mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices")
+logger = logging.getLogger("specbatch.qwen3_specdec")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        logs.install()
+        config = json.loads(args["model_config"])
+        settings = ModelSettings(config, project_root(args["model_repository"]))
+        if args["model_instance_kind"] == "GPU":
+            device = f"cuda:{args['model_instance_device_id']}"
+            torch.cuda.set_device(device)
+        else:
+            device = "cpu"
+            torch.set_num_threads(settings.integer("cpu_threads", 1))
+        self.instance = args["model_instance_name"]
+        lookahead = settings.raw("lookahead", "adaptive")
+        pair = load_model_pair(
+            settings.model_path("target_model"),
+            settings.model_path("draft_model"),
+            device=device,
+            dtype=settings.raw("dtype", "auto"),
+        )
+        engine = Engine(pair, lookahead=None if lookahead == "adaptive" else int(lookahead))
+        budget = int(settings.number("kv_memory_budget_gb") * (1 << 30))
+        self.worker = BatchWorker(engine, budget)
+        self.metrics = MetricRegistry("qwen3_specdec")
+        logger.info("%s ready on %s (free KV %d tokens)", self.instance, device, self.worker.free_kv_tokens)
+
+    def execute(self, requests):
+        return [self._serve(request) for request in requests]
+
+    def _serve(self, request):
+        try:
+            mode, items = work_from_arrays(arrays_of(request, INPUTS))
+            result = self.worker.run(mode, items)
+        except Exception as exc:
+            logger.exception("%s: batch failed", self.instance)
+            self.metrics.increment("specbatch_worker_errors_total", "Worker batches that failed", instance=self.instance)
+            return error_response(f"{self.instance}: {exc}")
+        self._publish(mode, result)
+        return response(worker_result_arrays(result))
+
+    def _publish(self, mode, result):
+        m, inst = self.metrics, self.instance
+        m.increment("specbatch_worker_batches_total", "Batches served per mode", mode=mode, instance=inst)
+        m.increment("specbatch_worker_rows_total", "Prompts served per mode", len(result.outcomes), mode=mode, instance=inst)
+        drafted = sum(o.total_draft_tokens for o in result.outcomes)
+        accepted = sum(o.total_accepted_draft_tokens for o in result.outcomes)
+        m.increment("specbatch_draft_tokens_total", "Draft tokens proposed", drafted, instance=inst)
+        m.increment("specbatch_accepted_draft_tokens_total", "Draft tokens accepted", accepted, instance=inst)
+        m.set("specbatch_free_kv_tokens", "KV tokens this instance can still hold", result.free_kv_tokens, instance=inst)
+        m.set("specbatch_last_batch_rows", "Rows in this instance's last batch", len(result.outcomes), instance=inst)

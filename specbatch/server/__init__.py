@@ -1,0 +1,1 @@
+"""Start and stop a real tritonserver over the specbatch model repositories."""

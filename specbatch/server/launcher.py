@@ -1,0 +1,96 @@
+"""`specbatch serve`: the whole pipeline on a real tritonserver, in one command.
+
+Picks the model-config variant for the machine (two GPUs: the production config;
+one GPU: gpu1; none: cpu on the embedded tiny pair, built on first use), starts the
+server over both repositories, waits until it is ready, prints how to call it, and
+forwards SIGINT/SIGTERM so in-flight requests finish before it exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+from specbatch.server.process import Ports, ServerOptions, TritonProcess
+
+logger = logging.getLogger(__name__)
+
+CONFIG_VARIANTS = ("auto", "default", "gpu1", "cpu")
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The directory holding model_repository/ and ensemble/: cwd or a parent, else the source checkout."""
+    candidates = [start or Path.cwd(), *(start or Path.cwd()).parents, Path(__file__).resolve().parents[2]]
+    for candidate in candidates:
+        if (candidate / "model_repository").is_dir() and (candidate / "ensemble").is_dir():
+            return candidate
+    raise FileNotFoundError("no model_repository/ and ensemble/ here or above; run from the specbatch checkout")
+
+
+def choose_config(requested: str) -> str | None:
+    """The --model-config-name for `requested` (None: the production config.pbtxt)."""
+    if requested not in CONFIG_VARIANTS:
+        raise ValueError(f"unknown config {requested!r}: expected one of {', '.join(CONFIG_VARIANTS)}")
+    if requested == "default":
+        return None
+    if requested != "auto":
+        return requested
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return None if gpus >= 2 else "gpu1" if gpus == 1 else "cpu"
+
+
+def ensure_tiny_models(root: Path) -> None:
+    """Build the embedded tiny Qwen3 pair the cpu config points at, if it is not there yet."""
+    models = root / ".models"
+    if (models / "tiny" / "target" / "config.json").exists() and (models / "tiny" / "draft" / "config.json").exists():
+        return
+    from specbatch.decoding import build_tiny_pair
+
+    logger.info("building the tiny Qwen3 pair in %s", models / "tiny")
+    build_tiny_pair(models / "tiny")
+
+
+def usage_banner(process: TritonProcess, public_host: str = "localhost") -> str:
+    ports = process.options.ports
+    return (
+        f"specbatch is ready\n"
+        f"  HTTP     http://{public_host}:{ports.http}   (POST /v2/models/specbatch/generate, /generate_stream)\n"
+        f"  gRPC     {public_host}:{ports.grpc}          (ModelStreamInfer)\n"
+        f"  metrics  http://{public_host}:{ports.metrics}/metrics\n"
+        f"try:\n"
+        f"  curl -s -X POST http://{public_host}:{ports.http}/v2/models/specbatch/generate \\\n"
+        f"    -d '{{\"text_input\": [\"Instruction: Name three colours.\\nQuestion: \\nGeneration:\"], "
+        f"\"max_tokens\": 32}}'\n"
+    )
+
+
+def serve(config: str = "auto", ports: Ports | None = None, host: str = "0.0.0.0", log_verbose: int = 0) -> int:
+    """Run until SIGINT/SIGTERM; returns tritonserver's exit code."""
+    root = project_root()
+    config_name = choose_config(config)
+    if config_name == "cpu":
+        ensure_tiny_models(root)
+    process = TritonProcess(ServerOptions(root=root, config_name=config_name, ports=ports or Ports(), host=host,
+                                          log_verbose=log_verbose))
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        logger.info("received %s: draining in-flight requests", signal.Signals(signum).name)
+        if process.process is not None and process.process.poll() is None:
+            process.process.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        process.start()
+        process.wait_ready()
+        print(usage_banner(process), flush=True)
+        code = process.process.wait() if process.process is not None else 1
+    finally:
+        process.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0 if received else code

@@ -1,0 +1,155 @@
+"""A tritonserver child process over the specbatch repositories: start, wait, stop.
+
+Used by `specbatch serve` and by the integration tests, so both run the server the
+same way: both model repositories, the chosen config variant, loopback ports, and a
+stop by process id that lets in-flight requests finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specbatch.server.binary import TritonInstallation, find_tritonserver
+
+logger = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int = 8000
+    grpc: int = 8001
+    metrics: int = 8002
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(free_port(), free_port(), free_port())
+
+
+@dataclass
+class ServerOptions:
+    """What varies between a production start and a test start."""
+
+    root: Path
+    config_name: str | None = None
+    ports: Ports = field(default_factory=Ports)
+    host: str = "0.0.0.0"
+    exit_timeout_s: int = 30
+    log_verbose: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def arguments(self) -> list[str]:
+        args = [
+            f"--model-repository={self.root / 'model_repository'}",
+            f"--model-repository={self.root / 'ensemble'}",
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--http-port={self.ports.http}",
+            f"--grpc-port={self.ports.grpc}",
+            f"--metrics-port={self.ports.metrics}",
+            "--allow-metrics=true",
+            "--metrics-config=histogram_latencies=true",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--log-verbose={self.log_verbose}",
+        ]
+        if self.config_name:
+            args.append(f"--model-config-name={self.config_name}")
+        return args
+
+
+class ServerStartError(RuntimeError):
+    """tritonserver exited or never became ready; the message ends with its log."""
+
+
+class TritonProcess:
+    """One running tritonserver; stop() always ends it, by process id."""
+
+    def __init__(self, options: ServerOptions, installation: TritonInstallation | None = None) -> None:
+        self.options = options
+        self.installation = installation or find_tritonserver()
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.options.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.options.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.options.ports.metrics}/metrics"
+
+    def start(self, log_path: Path | None = None) -> None:
+        """Launch the server; its output goes to `log_path` (else inherited)."""
+        command = self.installation.command(*self.options.arguments())
+        env = self.installation.environment()
+        env.update(self.options.env)
+        self.log_path = log_path
+        output = open(log_path, "ab") if log_path else None  # noqa: SIM115 - owned by the child
+        logger.info("starting %s", " ".join(command))
+        self.process = subprocess.Popen(
+            command, env=env, stdout=output, stderr=subprocess.STDOUT if output else None, cwd=self.options.root
+        )
+        if output:
+            output.close()
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        """Block until /v2/health/ready answers 200; raise with the log tail if it never does."""
+        deadline = time.monotonic() + timeout_s
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                raise ServerStartError(f"tritonserver exited with {self._returncode()}\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise ServerStartError(f"tritonserver not ready after {timeout_s:.0f}s\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL if it outlives the timeout."""
+        if self.process is None or self.process.poll() is not None:
+            return self._returncode()
+        timeout_s = timeout_s if timeout_s is not None else self.options.exit_timeout_s + 15
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("tritonserver %d did not stop in %.0fs; killing it", self.process.pid, timeout_s)
+            os.kill(self.process.pid, signal.SIGKILL)
+            return self.process.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _returncode(self) -> int | None:
+        return None if self.process is None else self.process.returncode
+
+    def __enter__(self) -> TritonProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,113 @@
+"""Per-prompt request parameters: parsing, defaults and validation.
+
+Sampling inputs may be sent once for the whole request (shape [1], the TensorRT-LLM
+convention) or once per prompt (shape [N]); either way every prompt ends up with its
+own `SamplingParams`, and a bad value fails only the prompts it applies to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TASKS = ("graph", "mmlu", "infobench")
+
+
+class PromptError(ValueError):
+    """A problem with one prompt: reported for that prompt alone."""
+
+
+class RequestError(ValueError):
+    """A problem with the request as a whole: answered with a TritonError."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding parameters of one prompt after defaults were applied."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """Server-side bounds and defaults for request parameters."""
+
+    max_tokens_cap: int = 1024
+    default_max_tokens: int = 256
+    default_temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.default_max_tokens <= self.max_tokens_cap:
+            raise ValueError(
+                f"default_max_tokens={self.default_max_tokens} must lie in [1, max_tokens_cap={self.max_tokens_cap}]"
+            )
+
+
+def broadcast(values: Sequence | None, count: int, name: str) -> list | None:
+    """Expand a [1] input to `count` prompts; keep a [count] input; refuse other lengths."""
+    if values is None:
+        return None
+    values = list(values)
+    if len(values) == 1:
+        return values * count
+    if len(values) == count:
+        return values
+    raise RequestError(f"'{name}' has {len(values)} values for {count} prompts: send 1 value or one per prompt")
+
+
+def decode_prompt(raw: bytes | str) -> str:
+    """The prompt as text; non-UTF-8 bytes and blank prompts are refused."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PromptError(f"prompt is not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})") from None
+    else:
+        text = raw
+    if not text.strip():
+        raise PromptError("prompt is empty")
+    return text
+
+
+def decode_task_override(raw: bytes | str | None) -> str | None:
+    """An explicit task name, or None for 'let the router decide' (an empty string)."""
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    text = text.strip().lower()
+    if not text:
+        return None
+    if text not in TASKS:
+        raise PromptError(f"unknown task override {text!r}: expected one of {', '.join(TASKS)}")
+    return text
+
+
+def sampling_params(
+    limits: ServingLimits,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    stream: bool = False,
+) -> SamplingParams:
+    """Validate one prompt's parameters against the server's limits and fill defaults."""
+    tokens = limits.default_max_tokens if max_tokens is None else int(max_tokens)
+    if tokens <= 0:
+        raise PromptError(f"max_tokens must be positive, got {tokens}")
+    if tokens > limits.max_tokens_cap:
+        raise PromptError(f"max_tokens={tokens} exceeds this server's cap of {limits.max_tokens_cap}")
+    temp = limits.default_temperature if temperature is None else float(temperature)
+    if math.isnan(temp) or temp < 0:
+        raise PromptError(f"temperature must be a number >= 0, got {temp}")
+    p = 1.0 if top_p is None else float(top_p)
+    if math.isnan(p) or not 0 < p <= 1:
+        raise PromptError(f"top_p must lie in (0, 1], got {p}")
+    k = 0 if top_k is None else int(top_k)
+    if k < 0:
+        raise PromptError(f"top_k must be >= 0 (0 disables it), got {k}")
+    return SamplingParams(max_tokens=tokens, temperature=temp, top_p=p, top_k=k, stream=bool(stream))

@@ -1,0 +1,71 @@
+"""Turn a routed prompt into the work its task needs.
+
+graph prompts are answered here by computation; mmlu prompts become a choice-scoring
+prompt with the continuations to compare; infobench prompts become the text the
+speculative decoder continues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from specbatch.routing import (
+    build_infobench_prompt,
+    build_scoring_prompt,
+    format_mmlu_answer,
+    parse_mmlu,
+    scoring_continuations,
+    solve_graph,
+)
+from specbatch.serving.outcomes import PromptOutcome
+from specbatch.serving.params import PromptError
+
+ANSWER, SCORE, GENERATE = "answer", "score", "generate"
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """One prompt ready for its stage: an immediate answer, a scoring job or a generation job."""
+
+    task: str
+    kind: str
+    source: str = ""
+    model_prompt: str = ""
+    answer: str = ""
+    labels: tuple[str, ...] = ()
+    continuations: tuple[str, ...] = ()
+
+    def finish(self, outcome: PromptOutcome) -> PromptOutcome:
+        """The model's raw row outcome as this prompt's answer: task named, mmlu letter formatted."""
+        if outcome.error or self.kind != SCORE:
+            return replace(outcome, task=self.task)
+        if outcome.text not in self.continuations:
+            return PromptOutcome.failed(
+                f"scorer returned {outcome.text!r}, not one of {list(self.continuations)}", task=self.task
+            )
+        label = self.labels[self.continuations.index(outcome.text)]
+        return replace(outcome, task=self.task, text=format_mmlu_answer(label))
+
+
+def prepare_prompt(text: str, task: str) -> PreparedPrompt:
+    """Do the task's CPU work now; raise PromptError for text the task cannot handle."""
+    try:
+        if task == "graph":
+            return PreparedPrompt(task=task, kind=ANSWER, source=text, answer=solve_graph(text))
+        if task == "mmlu":
+            question = parse_mmlu(text)
+            return PreparedPrompt(
+                task=task,
+                kind=SCORE,
+                source=text,
+                model_prompt=build_scoring_prompt(question),
+                labels=tuple(question.labels),
+                continuations=tuple(scoring_continuations(question)),
+            )
+        if task == "infobench":
+            return PreparedPrompt(task=task, kind=GENERATE, source=text, model_prompt=build_infobench_prompt(text))
+    except PromptError:
+        raise
+    except ValueError as exc:
+        raise PromptError(f"{task} prompt: {exc}") from None
+    raise PromptError(f"no handler for task {task!r}")

@@ -1,0 +1,46 @@
+"""Custom Prometheus metrics on Triton's :8002/metrics endpoint.
+
+A pb_utils.Metric stops working once its MetricFamily is garbage-collected, so the
+registry keeps every family alive for the model's lifetime and hands out one metric
+per label set.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import triton_python_backend_utils as pb_utils
+
+
+class MetricRegistry:
+    """Lazily creates labelled counters and gauges under one model label; safe from several threads."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._families: dict[str, object] = {}
+        self._metrics: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def _family(self, name: str, description: str, kind) -> object:
+        family = self._families.get(name)
+        if family is None:
+            family = pb_utils.MetricFamily(name=name, description=description, kind=kind)
+            self._families[name] = family
+        return family
+
+    def _metric(self, name: str, description: str, kind, labels: dict[str, str]):
+        key = (name, tuple(sorted(labels.items())))
+        with self._lock:
+            metric = self._metrics.get(key)
+            if metric is None:
+                family = self._family(name, description, kind)
+                metric = family.Metric(labels={"model": self._model, **labels})
+                self._metrics[key] = metric
+        return metric
+
+    def increment(self, name: str, description: str, value: float = 1.0, **labels: str) -> None:
+        if value:
+            self._metric(name, description, pb_utils.MetricFamily.COUNTER, labels).increment(value)
+
+    def set(self, name: str, description: str, value: float, **labels: str) -> None:
+        self._metric(name, description, pb_utils.MetricFamily.GAUGE, labels).set(value)

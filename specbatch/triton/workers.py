@@ -1,0 +1,80 @@
+"""The scheduler's WorkerBackend over BLS: batches to qwen3_specdec, lengths back to the router."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from specbatch.serving.dispatcher import BatchResult, PromptJob
+from specbatch.serving.protocol import batch_result_from_arrays, strings, work_arrays
+from specbatch.serving.tasks import SCORE
+from specbatch.serving.worker import WorkItem
+from specbatch.triton.tensors import bls_request, response_arrays
+
+logger = logging.getLogger(__name__)
+
+WORKER_OUTPUTS = (
+    "text_output",
+    "finish_reason",
+    "error",
+    "num_input_tokens",
+    "num_output_tokens",
+    "total_draft_tokens",
+    "total_accepted_draft_tokens",
+    "seconds_per_token",
+    "free_kv_tokens",
+)
+
+
+def work_items(jobs: Sequence[PromptJob]) -> list[WorkItem]:
+    return [
+        WorkItem(
+            prompt=job.prepared.model_prompt,
+            max_tokens=job.sampling.max_tokens,
+            temperature=job.sampling.temperature,
+            top_p=job.sampling.top_p,
+            top_k=job.sampling.top_k,
+            continuations=job.prepared.continuations,
+        )
+        for job in jobs
+    ]
+
+
+class BlsWorkerBackend:
+    """Runs dispatcher batches on the qwen3_specdec instances through async BLS."""
+
+    def __init__(self, worker_model: str, generation_mode: str, router_model: str | None = None) -> None:
+        self._worker_model = worker_model
+        self._generation_mode = generation_mode
+        self._router_model = router_model
+        self._background: set[asyncio.Task] = set()
+
+    async def run(self, kind: str, jobs: Sequence[PromptJob]) -> BatchResult:
+        mode = "score" if kind == SCORE else self._generation_mode
+        request = bls_request(self._worker_model, work_arrays(mode, work_items(jobs)), WORKER_OUTPUTS)
+        result = batch_result_from_arrays(response_arrays(await request.async_exec(), WORKER_OUTPUTS))
+        if kind != SCORE and self._router_model:
+            self._observe(jobs, [o.num_output_tokens if not o.error else -1 for o in result.outcomes])
+        return result
+
+    def _observe(self, jobs: Sequence[PromptJob], output_tokens: list[int]) -> None:
+        served = [(job, tokens) for job, tokens in zip(jobs, output_tokens) if tokens >= 0]
+        if not served:
+            return
+        arrays = {
+            "text_input": strings([job.prepared.source for job, _ in served]),
+            "task": strings([job.prepared.task for job, _ in served]),
+            "observed_tokens": np.array([tokens for _, tokens in served], dtype=np.int32),
+        }
+        task = asyncio.ensure_future(self._send_observation(arrays))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _send_observation(self, arrays) -> None:
+        try:
+            response_arrays(await bls_request(self._router_model, arrays, ("routed_task",)).async_exec(), ("routed_task",))
+        except Exception:
+            logger.warning("could not report observed lengths to %s", self._router_model, exc_info=True)
