@@ -16,8 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve_cmd = commands.add_parser("serve", help="start tritonserver with the specbatch pipeline")
-    serve_cmd.add_argument("--config", choices=CONFIG_VARIANTS, default="auto",
-                           help="model-config variant: auto picks default (2 GPUs), gpu1 (1 GPU) or cpu")
+    serve_cmd.add_argument(
+        "--config",
+        choices=CONFIG_VARIANTS,
+        default="auto",
+        help="model-config variant: auto picks default (2 GPUs), gpu1 (1 GPU) or cpu",
+    )
     serve_cmd.add_argument("--host", default="0.0.0.0", help="address the HTTP and gRPC endpoints bind")
     serve_cmd.add_argument("--http-port", type=int, default=8000)
     serve_cmd.add_argument("--grpc-port", type=int, default=8001)
@@ -25,12 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     serve_cmd.add_argument("--log-verbose", type=int, default=0)
 
     build_cmd = commands.add_parser("build-models", help="build the deterministic tiny Qwen3 pair")
-    build_cmd.add_argument("--out", type=Path, default=None, help="directory (default: <checkout>/.models/tiny)")
+    build_cmd.add_argument(
+        "--out", type=Path, default=None, help="directory (default: <checkout>/.models/tiny)"
+    )
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.command == "serve":
-        return serve(args.config, Ports(args.http_port, args.grpc_port, args.metrics_port), args.host, args.log_verbose)
+        return serve(
+            args.config, Ports(args.http_port, args.grpc_port, args.metrics_port), args.host, args.log_verbose
+        )
     from specbatch.decoding import build_tiny_pair
 
     target, draft = build_tiny_pair(args.out or project_root() / ".models" / "tiny")

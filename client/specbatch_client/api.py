@@ -7,6 +7,7 @@ bidirectional stream that tritonclient's `start_stream` opens.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import urllib.error
@@ -89,7 +90,9 @@ class SpecbatchClient:
         self.protocol = protocol
         self.timeout_s = timeout_s
 
-    def generate(self, prompts: str | Sequence[str], options: GenerationOptions | None = None) -> list[Answer]:
+    def generate(
+        self, prompts: str | Sequence[str], options: GenerationOptions | None = None
+    ) -> list[Answer]:
         """Answers in the order of `prompts`; raises ServerError if the server refused the request."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         options = options or GenerationOptions()
@@ -115,16 +118,16 @@ class SpecbatchClient:
                 return answers_from_columns(json.loads(reply.read()))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 detail = json.loads(detail).get("error", detail)
-            except json.JSONDecodeError:
-                pass
             raise ServerError(detail) from None
 
     def _generate_grpc(self, prompts: list[str], options: GenerationOptions) -> list[Answer]:
         import tritonclient.grpc as grpcclient
 
-        inputs = [_grpc_input(grpcclient, "text_input", np.array([p.encode() for p in prompts], dtype=np.object_))]
+        inputs = [
+            _grpc_input(grpcclient, "text_input", np.array([p.encode() for p in prompts], dtype=np.object_))
+        ]
         scalars = {
             "max_tokens": (options.max_tokens, np.int32),
             "temperature": (options.temperature, np.float32),
@@ -137,7 +140,9 @@ class SpecbatchClient:
         if options.task is not None:
             inputs.append(
                 _grpc_input(
-                    grpcclient, "task_override", np.array([options.task.encode()] * len(prompts), dtype=np.object_)
+                    grpcclient,
+                    "task_override",
+                    np.array([options.task.encode()] * len(prompts), dtype=np.object_),
                 )
             )
         responses: queue.Queue = queue.Queue()
@@ -154,12 +159,16 @@ class SpecbatchClient:
         columns = {}
         for output in result.get_response().outputs:
             array = result.as_numpy(output.name)
-            columns[output.name] = [v.decode() if isinstance(v, bytes) else v.item() for v in array.reshape(-1)]
+            columns[output.name] = [
+                v.decode() if isinstance(v, bytes) else v.item() for v in array.reshape(-1)
+            ]
         return answers_from_columns(columns)
 
 
 def _grpc_input(grpcclient, name: str, array: np.ndarray):
-    datatype = "BYTES" if array.dtype == np.object_ else {np.int32: "INT32", np.float32: "FP32"}[array.dtype.type]
+    datatype = (
+        "BYTES" if array.dtype == np.object_ else {np.int32: "INT32", np.float32: "FP32"}[array.dtype.type]
+    )
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor

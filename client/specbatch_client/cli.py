@@ -37,10 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for index, answer in enumerate(answers):
-        print(f"[{index}] task={answer.task} finish={answer.finish_reason} "
-              f"tokens={answer.num_input_tokens}->{answer.num_output_tokens} "
-              f"acceptance={answer.acceptance_rate:.2f}")
-        print(answer.error and f"error: {answer.error}" or answer.text)
+        print(
+            f"[{index}] task={answer.task} finish={answer.finish_reason} "
+            f"tokens={answer.num_input_tokens}->{answer.num_output_tokens} "
+            f"acceptance={answer.acceptance_rate:.2f}"
+        )
+        print((answer.error and f"error: {answer.error}") or answer.text)
     return 0 if all(not a.error for a in answers) else 2
 
 

@@ -25,7 +25,9 @@ def project_root(start: Path | None = None) -> Path:
     for candidate in candidates:
         if (candidate / "model_repository").is_dir() and (candidate / "ensemble").is_dir():
             return candidate
-    raise FileNotFoundError("no model_repository/ and ensemble/ here or above; run from the specbatch checkout")
+    raise FileNotFoundError(
+        "no model_repository/ and ensemble/ here or above; run from the specbatch checkout"
+    )
 
 
 def choose_config(requested: str) -> str | None:
@@ -45,7 +47,9 @@ def choose_config(requested: str) -> str | None:
 def ensure_tiny_models(root: Path) -> None:
     """Build the embedded tiny Qwen3 pair the cpu config points at, if it is not there yet."""
     models = root / ".models"
-    if (models / "tiny" / "target" / "config.json").exists() and (models / "tiny" / "draft" / "config.json").exists():
+    if (models / "tiny" / "target" / "config.json").exists() and (
+        models / "tiny" / "draft" / "config.json"
+    ).exists():
         return
     from specbatch.decoding import build_tiny_pair
 
@@ -57,24 +61,29 @@ def usage_banner(process: TritonProcess, public_host: str = "localhost") -> str:
     ports = process.options.ports
     return (
         f"specbatch is ready\n"
-        f"  HTTP     http://{public_host}:{ports.http}   (POST /v2/models/specbatch/generate, /generate_stream)\n"
+        f"  HTTP     http://{public_host}:{ports.http}   (/v2/models/specbatch/generate, /generate_stream)\n"
         f"  gRPC     {public_host}:{ports.grpc}          (ModelStreamInfer)\n"
         f"  metrics  http://{public_host}:{ports.metrics}/metrics\n"
         f"try:\n"
         f"  curl -s -X POST http://{public_host}:{ports.http}/v2/models/specbatch/generate \\\n"
-        f"    -d '{{\"text_input\": [\"Instruction: Name three colours.\\nQuestion: \\nGeneration:\"], "
-        f"\"max_tokens\": 32}}'\n"
+        f'    -d \'{{"text_input": ["Instruction: Name three colours.\\nQuestion: \\nGeneration:"], '
+        f'"max_tokens": 32}}\'\n'
     )
 
 
-def serve(config: str = "auto", ports: Ports | None = None, host: str = "0.0.0.0", log_verbose: int = 0) -> int:
+def serve(
+    config: str = "auto", ports: Ports | None = None, host: str = "0.0.0.0", log_verbose: int = 0
+) -> int:
     """Run until SIGINT/SIGTERM; returns tritonserver's exit code."""
     root = project_root()
     config_name = choose_config(config)
     if config_name == "cpu":
         ensure_tiny_models(root)
-    process = TritonProcess(ServerOptions(root=root, config_name=config_name, ports=ports or Ports(), host=host,
-                                          log_verbose=log_verbose))
+    process = TritonProcess(
+        ServerOptions(
+            root=root, config_name=config_name, ports=ports or Ports(), host=host, log_verbose=log_verbose
+        )
+    )
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

@@ -106,7 +106,11 @@ class TritonProcess:
         output = open(log_path, "ab") if log_path else None  # noqa: SIM115 - owned by the child
         logger.info("starting %s", " ".join(command))
         self.process = subprocess.Popen(
-            command, env=env, stdout=output, stderr=subprocess.STDOUT if output else None, cwd=self.options.root
+            command,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+            cwd=self.options.root,
         )
         if output:
             output.close()

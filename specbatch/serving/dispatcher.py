@@ -11,6 +11,7 @@ worker frees up. A batch that fails fails its own prompts and nothing else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -117,7 +118,11 @@ class Dispatcher:
 
     def snapshot(self) -> dict:
         """Policy state plus the scoring queue, for metrics."""
-        return {**self._policy.snapshot(), "score_queue_depth": len(self._score_queue), "idle_workers": len(self._idle)}
+        return {
+            **self._policy.snapshot(),
+            "score_queue_depth": len(self._score_queue),
+            "idle_workers": len(self._idle),
+        }
 
     async def run(self) -> None:
         """Dispatch until `stop()`; then wait for the batches in flight."""
@@ -128,10 +133,8 @@ class Dispatcher:
             wake_at = self._policy.next_wakeup_s(now)
             timeout = None if wake_at is None else max(0.0, wake_at - now)
             self._wake.clear()
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
 
@@ -179,7 +182,7 @@ class Dispatcher:
             result = BatchResult([PromptOutcome.failed(message, task=j.prepared.task) for j in jobs])
         if batch is not None:
             self._report(worker, batch, result)
-        for job, outcome in zip(jobs, result.outcomes):
+        for job, outcome in zip(jobs, result.outcomes, strict=True):
             try:
                 job.on_done(job.prepared.finish(outcome))
             except Exception:

@@ -69,7 +69,9 @@ class RequestIntake:
             name: broadcast(getattr(request, name), count, name)
             for name in ("max_tokens", "temperature", "top_p", "top_k")
         }
-        route_errors = broadcast(request.route_errors, count, "route_error") if request.route_errors else [""] * count
+        route_errors = (
+            broadcast(request.route_errors, count, "route_error") if request.route_errors else [""] * count
+        )
         tasks = broadcast(request.tasks, count, "task")
         predicted = broadcast(request.predicted_tokens, count, "predicted_tokens")
         assembly = RequestAssembly(count)
@@ -89,7 +91,9 @@ class RequestIntake:
                     raise PromptError(route_errors[index])
                 text = decode_prompt(request.prompts[index])
                 sampling = sampling_params(
-                    self._limits, stream=request.stream, **{k: (v[index] if v else None) for k, v in columns.items()}
+                    self._limits,
+                    stream=request.stream,
+                    **{k: (v[index] if v else None) for k, v in columns.items()},
                 )
                 prepared = prepare_prompt(text, task)
                 if prepared.kind == ANSWER:

@@ -44,7 +44,8 @@ class ServingLimits:
     def __post_init__(self) -> None:
         if not 0 < self.default_max_tokens <= self.max_tokens_cap:
             raise ValueError(
-                f"default_max_tokens={self.default_max_tokens} must lie in [1, max_tokens_cap={self.max_tokens_cap}]"
+                f"default_max_tokens={self.default_max_tokens} must lie in "
+                f"[1, max_tokens_cap={self.max_tokens_cap}]"
             )
 
 
@@ -57,7 +58,9 @@ def broadcast(values: Sequence | None, count: int, name: str) -> list | None:
         return values * count
     if len(values) == count:
         return values
-    raise RequestError(f"'{name}' has {len(values)} values for {count} prompts: send 1 value or one per prompt")
+    raise RequestError(
+        f"'{name}' has {len(values)} values for {count} prompts: send 1 value or one per prompt"
+    )
 
 
 def decode_prompt(raw: bytes | str) -> str:
@@ -66,7 +69,9 @@ def decode_prompt(raw: bytes | str) -> str:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise PromptError(f"prompt is not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})") from None
+            raise PromptError(
+                f"prompt is not valid UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
+            ) from None
     else:
         text = raw
     if not text.strip():

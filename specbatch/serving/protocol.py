@@ -25,7 +25,9 @@ def strings(values: Sequence[str]) -> np.ndarray:
 
 def texts(array: np.ndarray) -> list[str]:
     """A STRING tensor back to str, replacing undecodable bytes (callers validate prompts first)."""
-    return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+    return [
+        v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)
+    ]
 
 
 def outcome_arrays(outcomes: Sequence[PromptOutcome]) -> dict[str, np.ndarray]:
@@ -84,7 +86,9 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
 
     max_tokens, temperature = column("max_tokens", 1), column("temperature", 0.0)
     top_p, top_k = column("top_p", 1.0), column("top_k", 0)
-    choices = [tuple(json.loads(c)) for c in texts(arrays["choices"])] if "choices" in arrays else [()] * count
+    choices = (
+        [tuple(json.loads(c)) for c in texts(arrays["choices"])] if "choices" in arrays else [()] * count
+    )
     items = [
         WorkItem(
             prompt=prompts[i],

@@ -34,11 +34,15 @@ class PromptRouter:
         self._predictor = predictor or LengthPredictor()
         self._fallback = fallback
 
-    def route(self, prompts: Sequence[bytes | str], overrides: Sequence[bytes | str] | None = None) -> list[Route]:
+    def route(
+        self, prompts: Sequence[bytes | str], overrides: Sequence[bytes | str] | None = None
+    ) -> list[Route]:
         """One Route per prompt, in order; per-prompt problems become that prompt's error."""
-        overrides = broadcast(overrides, len(prompts), "task") if overrides is not None else [None] * len(prompts)
+        overrides = (
+            broadcast(overrides, len(prompts), "task") if overrides is not None else [None] * len(prompts)
+        )
         routes = []
-        for raw, override in zip(prompts, overrides):
+        for raw, override in zip(prompts, overrides, strict=True):
             try:
                 text = decode_prompt(raw)
                 task = decode_task_override(override) or classify(text, fallback=self._fallback)
@@ -47,9 +51,11 @@ class PromptRouter:
                 routes.append(Route(task="", predicted_tokens=0, error=str(exc)))
         return routes
 
-    def observe(self, prompts: Sequence[bytes | str], tasks: Sequence[str], output_tokens: Sequence[int]) -> None:
+    def observe(
+        self, prompts: Sequence[bytes | str], tasks: Sequence[str], output_tokens: Sequence[int]
+    ) -> None:
         """Feed served output lengths back into the predictor."""
-        for raw, task, tokens in zip(prompts, tasks, output_tokens):
+        for raw, task, tokens in zip(prompts, tasks, output_tokens, strict=True):
             try:
                 self._predictor.observe(decode_prompt(raw), task, int(tokens))
             except PromptError:

@@ -24,18 +24,23 @@ class ConfigError(ValueError):
 class ModelSettings:
     """Typed access to one model's parameters."""
 
-    def __init__(self, model_config: Mapping, project_root: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, model_config: Mapping, project_root: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self._env = os.environ if env is None else env
         self._root = project_root
         self._name = model_config.get("name", "?")
         self._values = {
-            key: str(value.get("string_value", "")) for key, value in model_config.get("parameters", {}).items()
+            key: str(value.get("string_value", ""))
+            for key, value in model_config.get("parameters", {}).items()
         }
 
     def raw(self, key: str, default: str | None = None) -> str:
         value = self._env.get(f"SPECBATCH_{key.upper()}") or self._values.get(key) or default
         if value is None:
-            raise ConfigError(f"model '{self._name}': parameter '{key}' is required (config or SPECBATCH_{key.upper()})")
+            raise ConfigError(
+                f"model '{self._name}': parameter '{key}' is required (config or SPECBATCH_{key.upper()})"
+            )
         if _TEMPLATE.search(value):
             raise ConfigError(f"model '{self._name}': parameter '{key}' holds an unfilled template {value!r}")
         return value
@@ -45,14 +50,18 @@ class ModelSettings:
         try:
             return int(value)
         except ValueError:
-            raise ConfigError(f"model '{self._name}': parameter '{key}' must be an integer, got {value!r}") from None
+            raise ConfigError(
+                f"model '{self._name}': parameter '{key}' must be an integer, got {value!r}"
+            ) from None
 
     def number(self, key: str, default: float | None = None) -> float:
         value = self.raw(key, None if default is None else str(default))
         try:
             return float(value)
         except ValueError:
-            raise ConfigError(f"model '{self._name}': parameter '{key}' must be a number, got {value!r}") from None
+            raise ConfigError(
+                f"model '{self._name}': parameter '{key}' must be a number, got {value!r}"
+            ) from None
 
     def model_path(self, key: str) -> str:
         """A local directory (relative paths are taken from the project root) or a hub id."""

@@ -63,7 +63,9 @@ def prepare_prompt(text: str, task: str) -> PreparedPrompt:
                 continuations=tuple(scoring_continuations(question)),
             )
         if task == "infobench":
-            return PreparedPrompt(task=task, kind=GENERATE, source=text, model_prompt=build_infobench_prompt(text))
+            return PreparedPrompt(
+                task=task, kind=GENERATE, source=text, model_prompt=build_infobench_prompt(text)
+            )
     except PromptError:
         raise
     except ValueError as exc:

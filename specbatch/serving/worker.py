@@ -78,7 +78,7 @@ class BatchWorker:
             valid_rows.append(row)
             requests.append(request)
         if requests:
-            for row, result in zip(valid_rows, self._engine.generate(requests, mode=mode)):
+            for row, result in zip(valid_rows, self._engine.generate(requests, mode=mode), strict=True):
                 outcomes[row] = PromptOutcome(
                     text=result.text,
                     finish_reason=result.finish_reason,
@@ -99,6 +99,6 @@ class BatchWorker:
             scores = self._engine.score_choices(
                 [items[r].prompt for r in rows], [list(items[r].continuations) for r in rows]
             )
-            for row, score in zip(rows, scores):
+            for row, score in zip(rows, scores, strict=True):
                 outcomes[row] = PromptOutcome(text=score.best, finish_reason="stop", num_output_tokens=0)
         return [o for o in outcomes if o is not None]

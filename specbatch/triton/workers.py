@@ -61,7 +61,7 @@ class BlsWorkerBackend:
         return result
 
     def _observe(self, jobs: Sequence[PromptJob], output_tokens: list[int]) -> None:
-        served = [(job, tokens) for job, tokens in zip(jobs, output_tokens) if tokens >= 0]
+        served = [(job, tokens) for job, tokens in zip(jobs, output_tokens, strict=True) if tokens >= 0]
         if not served:
             return
         arrays = {
@@ -75,6 +75,8 @@ class BlsWorkerBackend:
 
     async def _send_observation(self, arrays) -> None:
         try:
-            response_arrays(await bls_request(self._router_model, arrays, ("routed_task",)).async_exec(), ("routed_task",))
+            response_arrays(
+                await bls_request(self._router_model, arrays, ("routed_task",)).async_exec(), ("routed_task",)
+            )
         except Exception:
             logger.warning("could not report observed lengths to %s", self._router_model, exc_info=True)

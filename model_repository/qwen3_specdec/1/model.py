@@ -9,7 +9,6 @@ import json
 import logging
 
 import torch
-import triton_python_backend_utils as pb_utils
 
 from specbatch.decoding import Engine, load_model_pair
 from specbatch.serving.protocol import work_from_arrays, worker_result_arrays
@@ -57,7 +56,9 @@ class TritonPythonModel:
             result = self.worker.run(mode, items)
         except Exception as exc:
             logger.exception("%s: batch failed", self.instance)
-            self.metrics.increment("specbatch_worker_errors_total", "Worker batches that failed", instance=self.instance)
+            self.metrics.increment(
+                "specbatch_worker_errors_total", "Worker batches that failed", instance=self.instance
+            )
             return error_response(f"{self.instance}: {exc}")
         self._publish(mode, result)
         return response(worker_result_arrays(result))
@@ -65,10 +66,26 @@ class TritonPythonModel:
     def _publish(self, mode, result):
         m, inst = self.metrics, self.instance
         m.increment("specbatch_worker_batches_total", "Batches served per mode", mode=mode, instance=inst)
-        m.increment("specbatch_worker_rows_total", "Prompts served per mode", len(result.outcomes), mode=mode, instance=inst)
+        m.increment(
+            "specbatch_worker_rows_total",
+            "Prompts served per mode",
+            len(result.outcomes),
+            mode=mode,
+            instance=inst,
+        )
         drafted = sum(o.total_draft_tokens for o in result.outcomes)
         accepted = sum(o.total_accepted_draft_tokens for o in result.outcomes)
         m.increment("specbatch_draft_tokens_total", "Draft tokens proposed", drafted, instance=inst)
         m.increment("specbatch_accepted_draft_tokens_total", "Draft tokens accepted", accepted, instance=inst)
-        m.set("specbatch_free_kv_tokens", "KV tokens this instance can still hold", result.free_kv_tokens, instance=inst)
-        m.set("specbatch_last_batch_rows", "Rows in this instance's last batch", len(result.outcomes), instance=inst)
+        m.set(
+            "specbatch_free_kv_tokens",
+            "KV tokens this instance can still hold",
+            result.free_kv_tokens,
+            instance=inst,
+        )
+        m.set(
+            "specbatch_last_batch_rows",
+            "Rows in this instance's last batch",
+            len(result.outcomes),
+            instance=inst,
+        )

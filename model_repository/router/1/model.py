@@ -9,7 +9,6 @@ import json
 import logging
 
 import numpy as np
-import triton_python_backend_utils as pb_utils
 
 from specbatch.routing import LengthPredictor
 from specbatch.serving.fallback import draft_fallback
@@ -19,7 +18,14 @@ from specbatch.serving.settings import ModelSettings, project_root
 from specbatch.serving.worker import WorkItem
 from specbatch.triton import logs
 from specbatch.triton.metrics import MetricRegistry
-from specbatch.triton.tensors import bls_request, error_response, optional_array, required_array, response, response_arrays
+from specbatch.triton.tensors import (
+    bls_request,
+    error_response,
+    optional_array,
+    required_array,
+    response,
+    response_arrays,
+)
 
 logger = logging.getLogger("specbatch.router")
 
@@ -66,7 +72,9 @@ class TritonPythonModel:
         except ValueError as exc:
             return error_response(str(exc))
         for route in routes:
-            self.metrics.increment("specbatch_routed_prompts_total", "Prompts routed per task", task=route.task or "error")
+            self.metrics.increment(
+                "specbatch_routed_prompts_total", "Prompts routed per task", task=route.task or "error"
+            )
         return response(
             {
                 "routed_task": strings([r.task for r in routes]),

@@ -92,10 +92,14 @@ class TritonPythonModel:
     def _responder(self, sender, count):
         def respond(outcomes):
             for outcome in outcomes:
-                self.metrics.increment("specbatch_prompts_total", "Prompts answered per task", task=outcome.task or "none")
+                self.metrics.increment(
+                    "specbatch_prompts_total", "Prompts answered per task", task=outcome.task or "none"
+                )
                 if outcome.error:
                     self.metrics.increment(
-                        "specbatch_prompt_errors_total", "Prompts answered with an error", task=outcome.task or "none"
+                        "specbatch_prompt_errors_total",
+                        "Prompts answered with an error",
+                        task=outcome.task or "none",
                     )
             try:
                 if count == 1 and outcomes[0].error:
@@ -110,15 +114,27 @@ class TritonPythonModel:
     def _publish_batch(self, kind, size, snapshot):
         m = self.metrics
         m.increment("specbatch_batches_total", "Batches dispatched per kind", kind=kind)
-        m.increment("specbatch_batched_prompts_total", "Prompts dispatched in batches per kind", size, kind=kind)
+        m.increment(
+            "specbatch_batched_prompts_total", "Prompts dispatched in batches per kind", size, kind=kind
+        )
         m.set("specbatch_batch_size", "Size of the last batch dispatched", size, kind=kind)
         for index, depth in enumerate(snapshot["queue_depth"]):
             m.set("specbatch_queue_depth", "Prompts waiting per length bin", depth, bin=str(index))
-        m.set("specbatch_queue_depth", "Prompts waiting per length bin", snapshot["score_queue_depth"], bin="score")
+        m.set(
+            "specbatch_queue_depth",
+            "Prompts waiting per length bin",
+            snapshot["score_queue_depth"],
+            bin="score",
+        )
         for worker, state in snapshot["workers"].items():
             for key in ("b_mem", "b_sla"):
                 if state.get(key) is not None:
-                    m.set(f"specbatch_{key}", f"Last {key} bound of the dynamic batcher", state[key], worker=worker)
+                    m.set(
+                        f"specbatch_{key}",
+                        f"Last {key} bound of the dynamic batcher",
+                        state[key],
+                        worker=worker,
+                    )
 
     def finalize(self):
         self.loop.call_soon_threadsafe(self.dispatcher.stop)

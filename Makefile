@@ -1,0 +1,39 @@
+# Each target sets itself up: a fresh machine needs only python3 (>= 3.10) and make.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.specbatch-installed
+PROFILE ?= loadtest/profiles/smoke.yaml
+
+.PHONY: setup models serve test lint bench loadtest clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch, pinned: an unpinned torch pulls gigabytes of CUDA wheels.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+models: setup
+	$(BIN)/specbatch build-models
+
+serve: setup
+	$(BIN)/specbatch serve
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup
+	$(BIN)/python scripts/bench_specdec.py --quick --out results/bench_specdec.json
+	$(BIN)/python scripts/bench_routing.py --out results/bench_routing.json
+	$(BIN)/python -m specbatch.scheduling.simulate all --quick --out results/scheduling
+
+clean:
+	rm -rf $(VENV) .models results .pytest_cache

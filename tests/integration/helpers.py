@@ -1,0 +1,76 @@
+"""Small helpers the integration tests share: metrics scraping and prompt fixtures."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+GRAPH_PROMPT = (
+    "You are given a directed graph with 5 nodes (numbered 0 to 4) and the following edges:\n"
+    "Edges (source -> target, weight):\n"
+    "0 -> 1, weight: 4\n0 -> 2, weight: 1\n2 -> 1, weight: 2\n"
+    "1 -> 3, weight: 1\n2 -> 3, weight: 5\n3 -> 4, weight: 3\n"
+    "Find the top 2 shortest path(s) from node 0 to node 4.\n"
+    "Return your answer by calling submit_paths(paths=[[...], ...], weights=[...])."
+)
+GRAPH_ANSWER = "submit_paths(paths=[[0, 2, 1, 3, 4], [0, 1, 3, 4]], weights=[7, 8])"
+
+MMLU_PROMPT = (
+    "The following is a multiple choice question (with answers) about clinical knowledge.  "
+    'Output the answer in the format of "The answer is (X)" at the end.\n\n'
+    "Question: Which vitamin deficiency causes scurvy?\n Options:\n"
+    "A. Vitamin A\nB. Vitamin B12\nC. Vitamin C\nD. Vitamin D\nAnswer:"
+)
+MMLU_DATASET_PROMPT = (
+    "Question:\nWhich organ produces insulin?\n\nChoices:\n"
+    "A. Liver\nB. Pancreas\nC. Kidney\nD. Spleen\nE. Heart"
+)
+INFOBENCH_PROMPT = "Instruction: Write a short note thanking a colleague.\nQuestion: \nGeneration:"
+INFOBENCH_DATASET_PROMPT = (
+    "Summarize the following paragraph in one sentence.\n\nThe clinic opened a new wing last year."
+)
+
+
+def scrape(metrics_url: str) -> str:
+    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
+        return reply.read().decode()
+
+
+def metric_values(text: str, name: str) -> dict[str, float]:
+    """{label string: value} for every sample of metric `name`."""
+    values = {}
+    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+(\S+)$", text, re.MULTILINE):
+        values[match.group(1) or ""] = float(match.group(2))
+    return values
+
+
+def grpc_generate(url: str, inputs: dict, timeout_s: float = 300.0) -> tuple[dict, str | None]:
+    """One request on the gRPC stream with arbitrary numpy inputs: (outputs, error message or None)."""
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    tensors = []
+    for name, array in inputs.items():
+        datatype = "BYTES" if array.dtype == np.object_ else np_to_triton_dtype(array.dtype)
+        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    replies: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.start_stream(callback=lambda result, error: replies.put((result, error)))
+        client.async_stream_infer("specbatch", tensors)
+        result, error = replies.get(timeout=timeout_s)
+    finally:
+        client.stop_stream()
+        client.close()
+    if error is not None:
+        return {}, error.message()
+    outputs = {}
+    for output in result.get_response().outputs:
+        array = result.as_numpy(output.name)
+        outputs[output.name] = [v.decode() if isinstance(v, bytes) else v.item() for v in array.reshape(-1)]
+    return outputs, None

@@ -1,0 +1,174 @@
+"""The whole pipeline on a real tritonserver, called with real clients."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from helpers import (
+    GRAPH_ANSWER,
+    GRAPH_PROMPT,
+    INFOBENCH_DATASET_PROMPT,
+    INFOBENCH_PROMPT,
+    MMLU_DATASET_PROMPT,
+    MMLU_PROMPT,
+    grpc_generate,
+    metric_values,
+    scrape,
+)
+from specbatch_client import GenerationOptions, ServerError, SpecbatchClient
+
+pytestmark = pytest.mark.integration
+
+MIXED = [GRAPH_PROMPT, MMLU_PROMPT, INFOBENCH_PROMPT, MMLU_DATASET_PROMPT, INFOBENCH_DATASET_PROMPT]
+EXPECTED_TASKS = ["graph", "mmlu", "infobench", "mmlu", "infobench"]
+
+
+def client_for(server, protocol: str) -> SpecbatchClient:
+    return SpecbatchClient(server.http_url if protocol == "http" else server.grpc_url, protocol)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_mixed_request_answers_every_prompt_in_order(server, protocol):
+    answers = client_for(server, protocol).generate(MIXED, GenerationOptions(max_tokens=12))
+
+    assert [a.task for a in answers] == EXPECTED_TASKS
+    assert all(a.error == "" for a in answers)
+    assert answers[0].text == GRAPH_ANSWER
+    for answer, letters in ((answers[1], "ABCD"), (answers[3], "ABCDE")):
+        match = re.fullmatch(r"The answer is \(([A-Z])\)", answer.text)
+        assert match and match.group(1) in letters
+    for answer in (answers[2], answers[4]):
+        assert answer.text.strip()
+        assert answer.finish_reason in ("stop", "length")
+        assert 0 < answer.num_output_tokens <= 12
+        assert answer.num_input_tokens > 0
+        assert answer.total_draft_tokens > 0
+        assert 0 <= answer.total_accepted_draft_tokens <= answer.total_draft_tokens
+        assert answer.acceptance_rate == pytest.approx(
+            answer.total_accepted_draft_tokens / answer.total_draft_tokens
+        )
+
+
+def test_greedy_output_through_the_server_equals_engine_target_only(server, tiny_pair_dir):
+    from specbatch.decoding import Engine, GenerationRequest, load_model_pair
+    from specbatch.routing import build_infobench_prompt
+
+    prompts = [INFOBENCH_PROMPT, INFOBENCH_DATASET_PROMPT]
+    answers = client_for(server, "http").generate(prompts, GenerationOptions(max_tokens=24, temperature=0.0))
+
+    pair = load_model_pair(str(tiny_pair_dir / "target"), str(tiny_pair_dir / "draft"), device="cpu")
+    reference = Engine(pair).generate(
+        [GenerationRequest(prompt=build_infobench_prompt(p), max_new_tokens=24) for p in prompts],
+        mode="target_only",
+    )
+    assert [a.text for a in answers] == [r.text for r in reference]
+    assert [a.num_output_tokens for a in answers] == [r.num_output_tokens for r in reference]
+    assert all(a.total_draft_tokens > 0 for a in answers)
+
+
+def test_concurrent_load_is_batched_over_both_instances(server):
+    client = client_for(server, "http")
+    before = scrape(server.metrics_url)
+    prompts = [
+        f"Instruction: Give tip number {i} for sleeping well.\nQuestion: \nGeneration:" for i in range(24)
+    ]
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        answers = list(pool.map(lambda p: client.generate(p, GenerationOptions(max_tokens=16))[0], prompts))
+    after = scrape(server.metrics_url)
+
+    assert all(a.error == "" and a.num_output_tokens > 0 for a in answers)
+
+    def delta(name: str, label: str) -> float:
+        return sum(v for k, v in metric_values(after, name).items() if label in k) - sum(
+            v for k, v in metric_values(before, name).items() if label in k
+        )
+
+    batches = delta("specbatch_batches_total", 'kind="generate"')
+    prompts_batched = delta("specbatch_batched_prompts_total", 'kind="generate"')
+    assert prompts_batched == 24
+    assert prompts_batched / batches > 1, "the scheduler dispatched every prompt alone"
+    per_instance = {
+        label: value
+        for label, value in metric_values(after, "specbatch_worker_batches_total").items()
+        if 'mode="speculative"' in label
+    }
+    assert len(per_instance) == 2 and all(v > 0 for v in per_instance.values()), per_instance
+
+
+def test_bad_prompts_fail_alone_while_the_rest_is_served(server):
+    long_prompt = "Instruction: " + "repeat this sentence please. " * 1500 + "\nQuestion: \nGeneration:"
+    prompts = [
+        INFOBENCH_PROMPT,
+        "",
+        b"\xff\xfe bad bytes",
+        long_prompt,
+        GRAPH_PROMPT,
+        INFOBENCH_PROMPT,
+        INFOBENCH_PROMPT,
+        INFOBENCH_PROMPT,
+        INFOBENCH_PROMPT,
+        INFOBENCH_PROMPT,
+    ]
+    count = len(prompts)
+    max_tokens = np.full(count, 8, dtype=np.int32)
+    max_tokens[5], max_tokens[6] = 0, 100_000
+    temperature = np.zeros(count, dtype=np.float32)
+    temperature[7], temperature[8] = -1.0, np.nan
+    overrides = np.array([b""] * count, dtype=np.object_)
+    overrides[9] = b"poetry"
+    inputs = {
+        "text_input": np.array(
+            [p if isinstance(p, bytes) else p.encode() for p in prompts], dtype=np.object_
+        ),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "task_override": overrides,
+    }
+    outputs, error = grpc_generate(server.grpc_url, inputs)
+
+    assert error is None
+    errors = outputs["error"]
+    assert outputs["finish_reason"][0] == "length" and errors[0] == "" and outputs["text_output"][0]
+    assert outputs["text_output"][4] == GRAPH_ANSWER and errors[4] == ""
+    expected = {
+        1: "empty",
+        2: "UTF-8",
+        3: "context",
+        5: "positive",
+        6: "cap",
+        7: "temperature",
+        8: "temperature",
+        9: "unknown task",
+    }
+    for index, fragment in expected.items():
+        assert outputs["finish_reason"][index] == "error", index
+        assert fragment in errors[index], (index, errors[index])
+
+
+def test_a_request_whose_only_prompt_is_bad_gets_a_triton_error(server):
+    for protocol in ("http", "grpc"):
+        with pytest.raises(ServerError, match="max_tokens must be positive"):
+            client_for(server, protocol).generate(INFOBENCH_PROMPT, GenerationOptions(max_tokens=0))
+        with pytest.raises(ServerError, match="empty"):
+            client_for(server, protocol).generate("   ")
+
+
+def test_metrics_endpoint_publishes_the_custom_families(server):
+    client_for(server, "http").generate([GRAPH_PROMPT, INFOBENCH_PROMPT], GenerationOptions(max_tokens=4))
+    text = scrape(server.metrics_url)
+    for family in (
+        "specbatch_queue_depth",
+        "specbatch_batch_size",
+        "specbatch_routed_prompts_total",
+        "specbatch_draft_tokens_total",
+        "specbatch_accepted_draft_tokens_total",
+        "specbatch_prompts_total",
+        "specbatch_free_kv_tokens",
+    ):
+        assert metric_values(text, family), family
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready") as reply:
+        assert reply.status == 200
