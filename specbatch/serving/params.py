@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-TASKS = ("graph", "mmlu", "infobench")
+from specbatch.routing import TASKS
 
 
 class PromptError(ValueError):

@@ -1,0 +1,32 @@
+# specbatch on NVIDIA's Triton 24.10 image with the PyTorch and Python backends
+# (the same server version the nvidia-pytriton wheel carries; torch is preinstalled).
+FROM nvcr.io/nvidia/tritonserver:24.10-pyt-python-py3
+
+ENV PIP_NO_CACHE_DIR=1 \
+    HF_HOME=/home/triton-server/.cache/huggingface \
+    SPECBATCH_CACHE=/home/triton-server/.cache/specbatch
+
+WORKDIR /opt/specbatch
+COPY pyproject.toml README.md ./
+COPY specbatch ./specbatch
+COPY client ./client
+COPY model_repository ./model_repository
+COPY ensemble ./ensemble
+COPY scripts ./scripts
+
+# The image's torch stays: install the other dependencies, then the package without deps.
+RUN pip install "transformers>=4.51" "safetensors>=0.4" "tokenizers>=0.21" "tritonclient[all]>=2.50" \
+        numpy tqdm pyyaml \
+ && pip install --no-deps . \
+ && chown -R triton-server:triton-server /opt/specbatch
+
+USER triton-server
+EXPOSE 8000 8001 8002
+HEALTHCHECK --interval=30s --timeout=5s --start-period=600s --retries=3 \
+    CMD curl -fsS localhost:8000/v2/health/ready || exit 1
+
+CMD ["tritonserver", \
+     "--model-repository=/opt/specbatch/model_repository", \
+     "--model-repository=/opt/specbatch/ensemble", \
+     "--allow-metrics=true", \
+     "--metrics-config=histogram_latencies=true"]

@@ -1,0 +1,74 @@
+"""Finding tritonserver, choosing the config variant, reading model settings."""
+
+from pathlib import Path
+
+import pytest
+
+from specbatch.server.binary import find_tritonserver
+from specbatch.server.launcher import choose_config, project_root
+from specbatch.server.process import Ports, ServerOptions, free_port
+from specbatch.serving.settings import ConfigError, ModelSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_installation_has_a_backend_directory_with_this_pythons_stub(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    installation = find_tritonserver(cache_dir=tmp_path)
+    assert installation.binary.name == "tritonserver" and installation.binary.exists()
+    backend = installation.backend_directory / "python"
+    assert {p.name for p in backend.iterdir()} >= {"libtriton_python.so", "triton_python_backend_stub"}
+    env = installation.environment({})
+    assert "nvidia_pytriton.libs" in env["LD_LIBRARY_PATH"]
+    assert env["PATH"].split(":")[0].endswith("bin")
+    assert installation.command("--help")[1] == f"--backend-directory={installation.backend_directory}"
+
+
+def test_server_options_pass_both_repositories_and_the_variant():
+    args = ServerOptions(root=ROOT, config_name="cpu", ports=Ports(1, 2, 3)).arguments()
+    assert f"--model-repository={ROOT / 'model_repository'}" in args
+    assert f"--model-repository={ROOT / 'ensemble'}" in args
+    assert "--model-config-name=cpu" in args and "--http-port=1" in args and "--grpc-port=2" in args
+    assert not any(a.startswith("--model-config-name") for a in ServerOptions(root=ROOT).arguments())
+
+
+def test_config_choice():
+    assert choose_config("default") is None
+    assert choose_config("gpu1") == "gpu1"
+    assert choose_config("auto") == "cpu"
+    with pytest.raises(ValueError, match="unknown config"):
+        choose_config("tpu")
+
+
+def test_project_root_is_found_from_a_subdirectory():
+    assert project_root(ROOT / "tests" / "unit") == ROOT
+
+
+def test_free_ports_differ():
+    assert len({free_port() for _ in range(5)}) == 5
+
+
+def test_settings_env_overrides_and_loud_failures(tmp_path):
+    config = {
+        "name": "qwen3_specdec",
+        "parameters": {
+            "target_model": {"string_value": ".models/missing"},
+            "draft_model": {"string_value": "${draft_model}"},
+            "lookahead": {"string_value": "four"},
+        },
+    }
+    settings = ModelSettings(config, tmp_path, env={"SPECBATCH_DTYPE": "bfloat16"})
+    assert settings.raw("dtype") == "bfloat16"
+    with pytest.raises(ConfigError, match="unfilled template"):
+        settings.raw("draft_model")
+    with pytest.raises(ConfigError, match="must be an integer"):
+        settings.integer("lookahead")
+    with pytest.raises(ConfigError, match="not a directory"):
+        settings.model_path("target_model")
+    with pytest.raises(ConfigError, match="required"):
+        settings.raw("kv_memory_budget_gb")
+    (tmp_path / "weights").mkdir()
+    env = {"SPECBATCH_TARGET_MODEL": "weights", "SPECBATCH_DRAFT_MODEL": "Qwen/Qwen3-0.6B"}
+    overridden = ModelSettings(config, tmp_path, env=env)
+    assert overridden.model_path("target_model") == str(tmp_path / "weights")
+    assert overridden.model_path("draft_model") == "Qwen/Qwen3-0.6B"

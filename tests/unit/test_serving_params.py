@@ -1,0 +1,69 @@
+"""Per-prompt parameter validation and the [1]-or-[N] broadcast rule."""
+
+import math
+
+import pytest
+
+from specbatch.serving.params import (
+    PromptError,
+    RequestError,
+    ServingLimits,
+    broadcast,
+    decode_prompt,
+    decode_task_override,
+    sampling_params,
+)
+
+LIMITS = ServingLimits(max_tokens_cap=100, default_max_tokens=20, default_temperature=0.0)
+
+
+def test_defaults_fill_what_the_client_left_out():
+    params = sampling_params(LIMITS)
+    assert (params.max_tokens, params.temperature, params.top_p, params.top_k) == (20, 0.0, 1.0, 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"max_tokens": 0}, "positive"),
+        ({"max_tokens": -3}, "positive"),
+        ({"max_tokens": 101}, "cap of 100"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": math.nan}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+    ],
+)
+def test_bad_values_raise_a_prompt_error_naming_the_parameter(kwargs, fragment):
+    with pytest.raises(PromptError, match=fragment):
+        sampling_params(LIMITS, **kwargs)
+
+
+def test_broadcast_takes_one_value_or_one_per_prompt():
+    assert broadcast([5], 3, "max_tokens") == [5, 5, 5]
+    assert broadcast([1, 2, 3], 3, "max_tokens") == [1, 2, 3]
+    assert broadcast(None, 3, "max_tokens") is None
+    with pytest.raises(RequestError, match="2 values for 3 prompts"):
+        broadcast([1, 2], 3, "max_tokens")
+
+
+def test_prompt_decoding_refuses_empty_and_non_utf8():
+    assert decode_prompt("héllo".encode()) == "héllo"
+    with pytest.raises(PromptError, match="empty"):
+        decode_prompt(b"  \n ")
+    with pytest.raises(PromptError, match="UTF-8"):
+        decode_prompt(b"ok \xff\xfe")
+
+
+def test_task_override_accepts_known_tasks_and_blank():
+    assert decode_task_override(b" MMLU ") == "mmlu"
+    assert decode_task_override(b"") is None
+    assert decode_task_override(None) is None
+    with pytest.raises(PromptError, match="unknown task override 'poetry'"):
+        decode_task_override("poetry")
+
+
+def test_limits_refuse_a_default_above_the_cap():
+    with pytest.raises(ValueError, match="default_max_tokens"):
+        ServingLimits(max_tokens_cap=10, default_max_tokens=11)
