@@ -1,0 +1,18 @@
+"""Errors raised for prompts the router cannot handle.
+
+All are ``ValueError`` subclasses so that callers which only know "bad input" can
+catch them generically, while the server can still tell a routing failure apart
+from an engine failure and answer that one prompt with its message.
+"""
+
+
+class RoutingError(ValueError):
+    """A prompt (or an explicit task name) that the router cannot route or answer."""
+
+
+class GraphError(RoutingError):
+    """A graph prompt that cannot be parsed or has no path to report."""
+
+
+class MMLUParseError(RoutingError):
+    """A multiple-choice prompt whose stem or lettered options cannot be found."""
