@@ -6,6 +6,10 @@ or the next event (a submission, a finished batch), and reports each batch's mea
 latency and free KV capacity back to the policy. mmlu scoring jobs are one prefill
 each, so they skip the length bins and go out first, in FIFO batches, to whichever
 worker frees up. A batch that fails fails its own prompts and nothing else.
+
+Cancellation reaches a prompt wherever it is: a queued prompt leaves its bin at once;
+a running one is marked on the cancellation board, and its model instance drops the
+row at the next decode step. Prompts whose deadline passes are cancelled the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specbatch.scheduling import Batch, QueuedRequest, SchedulingPolicy
+from specbatch.serving.cancellation import CancelBoard
 from specbatch.serving.outcomes import PromptOutcome
 from specbatch.serving.params import SamplingParams
 from specbatch.serving.tasks import GENERATE, SCORE, PreparedPrompt
@@ -29,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class PromptJob:
-    """One prompt waiting for a model, with the callback that takes its outcome."""
+    """One prompt waiting for a model, with the callbacks that take its text and outcome."""
 
     key: tuple[int, int]
     prepared: PreparedPrompt
@@ -39,6 +44,14 @@ class PromptJob:
     arrival_s: float
     on_done: Callable[[PromptOutcome], None]
     deadline_s: float | None = None
+    on_delta: Callable[[str], None] | None = None
+    dispatched_s: float | None = None
+    first_token_s: float | None = None
+
+    @property
+    def row_id(self) -> str:
+        """The prompt's name on the cancellation board."""
+        return f"{self.key[0]}-{self.key[1]}"
 
 
 @dataclass(frozen=True)
@@ -48,12 +61,19 @@ class BatchResult:
     outcomes: list[PromptOutcome]
     seconds_per_token: float = 0.0
     free_kv_tokens: int = 0
+    first_token_s: list[float] = field(default_factory=list)
+
+
+DeltaSink = Callable[[list[tuple[int, str]]], None]
 
 
 class WorkerBackend(Protocol):
-    """Runs a batch on some model instance (BLS inside Triton, the engine in tests)."""
+    """Runs a batch on some model instance (BLS inside Triton, the engine in tests).
 
-    async def run(self, kind: str, jobs: Sequence[PromptJob]) -> BatchResult: ...
+    `on_deltas([(row, text), ...])` receives streamed text of the batch's rows.
+    """
+
+    async def run(self, kind: str, jobs: Sequence[PromptJob], on_deltas: DeltaSink) -> BatchResult: ...
 
 
 @dataclass
@@ -77,6 +97,7 @@ class Dispatcher:
         score_batch_max: int = 32,
         clock: Callable[[], float] = time.monotonic,
         on_batch: Callable[[str, int, dict], None] | None = None,
+        board: CancelBoard | None = None,
     ) -> None:
         if not workers:
             raise ValueError("the dispatcher needs at least one worker slot")
@@ -90,6 +111,8 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._running: set[asyncio.Task] = set()
+        self._running_jobs: dict[tuple[int, int], PromptJob] = {}
+        self._board = board
         self.stats = DispatchStats()
 
     def submit(self, job: PromptJob) -> None:
@@ -130,7 +153,7 @@ class Dispatcher:
             now = self._clock()
             self._fail_expired(now)
             self._dispatch_ready(now)
-            wake_at = self._policy.next_wakeup_s(now)
+            wake_at = self._next_wakeup(now)
             timeout = None if wake_at is None else max(0.0, wake_at - now)
             self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
@@ -142,10 +165,45 @@ class Dispatcher:
         self._stopping = True
         self._wake.set()
 
+    def cancel(self, key: tuple[int, int], reason: str = "request cancelled") -> bool:
+        """Withdraw a prompt: from its queue now, or from its running batch at the next step."""
+        request = self._policy.cancel(key)
+        if request is not None:
+            job: PromptJob = request.payload
+            job.on_done(PromptOutcome(task=job.prepared.task, finish_reason="cancelled", error=reason))
+            return True
+        for job in self._score_queue:
+            if job.key == key:
+                self._score_queue.remove(job)
+                job.on_done(PromptOutcome(task=job.prepared.task, finish_reason="cancelled", error=reason))
+                return True
+        running = self._running_jobs.get(key)
+        if running is not None and self._board is not None:
+            self._board.cancel(running.row_id)
+            return True
+        return False
+
     def _fail_expired(self, now: float) -> None:
         for request in self._policy.expire(now):
             job: PromptJob = request.payload
-            job.on_done(PromptOutcome.failed("deadline exceeded while queued", task=job.prepared.task))
+            job.on_done(
+                PromptOutcome(task=job.prepared.task, finish_reason="cancelled", error="deadline exceeded")
+            )
+        if self._board is not None:
+            for job in self._running_jobs.values():
+                if job.deadline_s is not None and job.deadline_s <= now:
+                    self._board.cancel(job.row_id)
+
+    def _next_wakeup(self, now: float) -> float | None:
+        """The policy's next deadline, or a running prompt's, whichever is first."""
+        times = [self._policy.next_wakeup_s(now)]
+        times += [
+            j.deadline_s
+            for j in self._running_jobs.values()
+            if j.deadline_s is not None and j.deadline_s > now
+        ]
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
 
     def _dispatch_ready(self, now: float) -> None:
         while self._idle:
@@ -162,6 +220,10 @@ class Dispatcher:
 
     def _start(self, worker: str, kind: str, jobs: list[PromptJob], batch: Batch | None) -> None:
         self._idle.remove(worker)
+        now = self._clock()
+        for job in jobs:
+            job.dispatched_s = now
+            self._running_jobs[job.key] = job
         self.stats.batches[kind] += 1
         self.stats.last_batch_size[kind] = len(jobs)
         if self._on_batch is not None:
@@ -171,8 +233,17 @@ class Dispatcher:
         task.add_done_callback(self._running.discard)
 
     async def _run_batch(self, worker: str, kind: str, jobs: list[PromptJob], batch: Batch | None) -> None:
+        def on_deltas(deltas: list[tuple[int, str]]) -> None:
+            now = self._clock()
+            for row, text in deltas:
+                job = jobs[row]
+                if job.first_token_s is None:
+                    job.first_token_s = now
+                if job.on_delta is not None:
+                    job.on_delta(text)
+
         try:
-            result = await self._backend.run(kind, jobs)
+            result = await self._backend.run(kind, jobs, on_deltas)
             if len(result.outcomes) != len(jobs):
                 raise RuntimeError(f"worker answered {len(result.outcomes)} of {len(jobs)} prompts")
         except Exception as exc:
@@ -182,7 +253,12 @@ class Dispatcher:
             result = BatchResult([PromptOutcome.failed(message, task=j.prepared.task) for j in jobs])
         if batch is not None:
             self._report(worker, batch, result)
-        for job, outcome in zip(jobs, result.outcomes, strict=True):
+        for row, (job, outcome) in enumerate(zip(jobs, result.outcomes, strict=True)):
+            self._running_jobs.pop(job.key, None)
+            if self._board is not None:
+                self._board.clear(job.row_id)
+            if job.first_token_s is None and row < len(result.first_token_s) and job.dispatched_s is not None:
+                job.first_token_s = job.dispatched_s + result.first_token_s[row]
             try:
                 job.on_done(job.prepared.finish(outcome))
             except Exception:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specbatch.serving.dispatcher import PromptJob
+from specbatch.serving.latency import PromptTiming
 from specbatch.serving.outcomes import PromptOutcome, RequestAssembly
 from specbatch.serving.params import (
     PromptError,
@@ -36,6 +37,11 @@ class RoutedRequest:
     top_p: Sequence[float] | None = None
     top_k: Sequence[int] | None = None
     stream: bool = False
+    timeout_s: float | None = None
+
+
+Completion = Callable[[list[PromptOutcome], list[PromptTiming]], None]
+DeltaOut = Callable[[int, str, str], None]
 
 
 class RequestIntake:
@@ -55,12 +61,15 @@ class RequestIntake:
         self._serial = itertools.count()
 
     def admit(
-        self, request: RoutedRequest, on_complete: Callable[[list[PromptOutcome]], None]
+        self, request: RoutedRequest, on_complete: Completion, on_delta: DeltaOut | None = None
     ) -> list[PromptJob]:
         """Answer what can be answered now; return the jobs to queue.
 
-        `on_complete` receives all outcomes in input order, from whichever thread
-        delivers the last one. Malformed inputs as a whole raise RequestError.
+        `on_complete(outcomes, timings)` receives every prompt's outcome in input order,
+        from whichever thread delivers the last one. For a streaming request,
+        `on_delta(index, task, text)` receives each prompt's text as it grows; the
+        deltas of a prompt add up to its final text. Malformed inputs as a whole raise
+        RequestError.
         """
         count = len(request.prompts)
         if count == 0:
@@ -77,10 +86,30 @@ class RequestIntake:
         assembly = RequestAssembly(count)
         serial = next(self._serial)
         now = self._clock()
+        deadline = now + request.timeout_s if request.timeout_s else None
+        streamed = [""] * count if request.stream and on_delta is not None else None
+        timings: list[PromptTiming | None] = [None] * count
+
+        def stream_text(index: int, task: str, text: str) -> None:
+            if streamed is not None and on_delta is not None and text:
+                streamed[index] += text
+                on_delta(index, task, text)
+
+        job_of: dict[int, PromptJob] = {}
 
         def deliver(index: int, outcome: PromptOutcome) -> None:
+            job = job_of.get(index)
+            if streamed is not None and outcome.text.startswith(streamed[index]):
+                stream_text(index, outcome.task, outcome.text[len(streamed[index]) :])
+            timings[index] = PromptTiming(
+                arrival_s=now,
+                done_s=self._clock(),
+                dispatched_s=job.dispatched_s if job else None,
+                first_token_s=job.first_token_s if job else None,
+                output_tokens=outcome.num_output_tokens,
+            )
             if assembly.fill(index, outcome):
-                on_complete(assembly.outcomes())
+                on_complete(assembly.outcomes(), [t for t in timings if t is not None])
 
         immediate: list[tuple[int, PromptOutcome]] = []
         jobs: list[PromptJob] = []
@@ -103,17 +132,21 @@ class RequestIntake:
             except PromptError as exc:
                 immediate.append((index, PromptOutcome.failed(str(exc), task=task)))
                 continue
-            jobs.append(
-                PromptJob(
-                    key=(serial, index),
-                    prepared=prepared,
-                    sampling=sampling,
-                    input_tokens=input_tokens,
-                    predicted_tokens=max(1, int(predicted[index])),
-                    arrival_s=now,
-                    on_done=lambda outcome, i=index: deliver(i, outcome),
-                )
+            job = PromptJob(
+                key=(serial, index),
+                prepared=prepared,
+                sampling=sampling,
+                input_tokens=input_tokens,
+                predicted_tokens=max(1, int(predicted[index])),
+                arrival_s=now,
+                deadline_s=deadline,
+                on_done=lambda outcome, i=index: deliver(i, outcome),
+                on_delta=(lambda text, i=index, t=task: stream_text(i, t, text))
+                if streamed is not None
+                else None,
             )
+            job_of[index] = job
+            jobs.append(job)
         for index, outcome in immediate:
             deliver(index, outcome)
         return jobs

@@ -30,10 +30,18 @@ def texts(array: np.ndarray) -> list[str]:
     ]
 
 
-def outcome_arrays(outcomes: Sequence[PromptOutcome]) -> dict[str, np.ndarray]:
-    """The ensemble's outputs (DESIGN §2) for prompts in input order."""
+def outcome_arrays(
+    outcomes: Sequence[PromptOutcome], indices: Sequence[int] | None = None, with_text: bool = True
+) -> dict[str, np.ndarray]:
+    """The ensemble's outputs (DESIGN §2): prompts in input order, or the prompts at `indices`.
+
+    A streaming request's final response leaves the text out (`with_text=False`): it
+    already went out as deltas.
+    """
+    indices = range(len(outcomes)) if indices is None else indices
     arrays = {
-        "text_output": strings([o.text for o in outcomes]),
+        "text_output": strings([o.text if with_text else "" for o in outcomes]),
+        "index": np.array(indices, dtype=np.uint32),
         "task": strings([o.task for o in outcomes]),
         "finish_reason": strings([o.finish_reason for o in outcomes]),
         "error": strings([o.error for o in outcomes]),
@@ -42,6 +50,11 @@ def outcome_arrays(outcomes: Sequence[PromptOutcome]) -> dict[str, np.ndarray]:
     for name in _COUNTERS:
         arrays[name] = np.array([getattr(o, name) for o in outcomes], dtype=np.uint32)
     return arrays
+
+
+def delta_arrays(index: int, task: str, text: str) -> dict[str, np.ndarray]:
+    """One streaming delta of prompt `index`, with every ensemble output present."""
+    return outcome_arrays([PromptOutcome(text=text, task=task, finish_reason="")], indices=[index])
 
 
 def outcomes_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[PromptOutcome]:
@@ -72,6 +85,8 @@ def work_arrays(mode: str, items: Sequence[WorkItem]) -> dict[str, np.ndarray]:
         "top_p": np.array([i.top_p for i in items], dtype=np.float32),
         "top_k": np.array([i.top_k for i in items], dtype=np.int32),
         "choices": strings([json.dumps(list(i.continuations)) for i in items]),
+        "row_id": strings([i.row_id for i in items]),
+        "stream": np.array([i.stream for i in items], dtype=np.bool_),
     }
 
 
@@ -89,6 +104,8 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
     choices = (
         [tuple(json.loads(c)) for c in texts(arrays["choices"])] if "choices" in arrays else [()] * count
     )
+    row_ids = texts(arrays["row_id"]) if "row_id" in arrays else [""] * count
+    stream = column("stream", False)
     items = [
         WorkItem(
             prompt=prompts[i],
@@ -97,6 +114,8 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
             top_p=float(top_p[i]),
             top_k=int(top_k[i]),
             continuations=choices[i],
+            row_id=row_ids[i],
+            stream=bool(stream[i]),
         )
         for i in range(count)
     ]
@@ -104,11 +123,25 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
 
 
 def worker_result_arrays(result: WorkerResult) -> dict[str, np.ndarray]:
+    """qwen3_specdec's final response to a batch."""
     arrays = outcome_arrays(result.outcomes)
-    del arrays["task"], arrays["acceptance_rate"]
+    del arrays["task"], arrays["acceptance_rate"], arrays["index"]
+    arrays["first_token_s"] = np.array(result.first_token_s, dtype=np.float32)
     arrays["seconds_per_token"] = np.array([result.seconds_per_token], dtype=np.float32)
     arrays["free_kv_tokens"] = np.array([result.free_kv_tokens], dtype=np.int64)
     return arrays
+
+
+def worker_delta_arrays(deltas: Sequence[tuple[int, str]]) -> dict[str, np.ndarray]:
+    """qwen3_specdec's streaming response: one step's text deltas, by row."""
+    return {
+        "delta_row": np.array([row for row, _ in deltas], dtype=np.int32),
+        "delta_text": strings([text for _, text in deltas]),
+    }
+
+
+def worker_deltas_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[tuple[int, str]]:
+    return list(zip(arrays["delta_row"].reshape(-1).tolist(), texts(arrays["delta_text"]), strict=True))
 
 
 def batch_result_from_arrays(arrays: Mapping[str, np.ndarray]) -> BatchResult:
@@ -116,4 +149,5 @@ def batch_result_from_arrays(arrays: Mapping[str, np.ndarray]) -> BatchResult:
         outcomes=outcomes_from_arrays(arrays),
         seconds_per_token=float(arrays["seconds_per_token"].reshape(-1)[0]),
         free_kv_tokens=int(arrays["free_kv_tokens"].reshape(-1)[0]),
+        first_token_s=arrays["first_token_s"].reshape(-1).tolist() if "first_token_s" in arrays else [],
     )

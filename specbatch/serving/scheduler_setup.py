@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specbatch.scheduling import PolicyConfig, SchedulingPolicy
+from specbatch.serving.latency import SlaTargets
 from specbatch.serving.params import ServingLimits
 from specbatch.serving.settings import ConfigError, ModelSettings
 
@@ -15,6 +16,19 @@ def build_limits(settings: ModelSettings) -> ServingLimits:
         default_max_tokens=settings.integer("default_max_tokens", 256),
         default_temperature=settings.number("default_temperature", 0.0),
     )
+
+
+def build_sla(settings: ModelSettings) -> SlaTargets:
+    """Latency bounds for the violation counters; 0 leaves a bound unchecked.
+
+    `sla_tpot_ms` is also D_SLA, the per-token target the b_SLA controller steers to.
+    """
+
+    def bound(key: str) -> float | None:
+        value = settings.number(key, 0.0)
+        return value / 1000.0 if value > 0 else None
+
+    return SlaTargets(ttft_s=bound("sla_ttft_ms"), tpot_s=bound("sla_tpot_ms"), e2e_s=bound("sla_e2e_ms"))
 
 
 def worker_slots(settings: ModelSettings) -> list[str]:
@@ -28,7 +42,7 @@ def worker_slots(settings: ModelSettings) -> list[str]:
 def build_policy(settings: ModelSettings, workers: list[str]) -> SchedulingPolicy:
     """The multi-bin + dynamic policy; `fixed_batch_size` > 0 turns it into static B."""
     fixed = settings.integer("fixed_batch_size", 0)
-    sla_ms = settings.number("sla_ms_per_token", 0.0)
+    sla_ms = settings.number("sla_tpot_ms", 0.0)
     flush_ms = settings.number("flush_window_ms", 20.0)
     config = PolicyConfig(
         num_bins=settings.integer("num_bins", 4),

@@ -1,22 +1,30 @@
-"""One model instance's side of a batch: validate rows, run the engine, measure.
+"""One model instance's side of a batch: validate rows, run the engine, stream, measure.
 
 A row the engine refuses (over the context, bad parameters) fails alone; the rest of
-the batch runs. Each result carries the instance's measured seconds per output token
-and its free KV capacity, which the scheduler's policy feeds on.
+the batch runs. Rows that asked for streaming get their text as deltas after every
+step; a row whose id is on the cancellation board leaves the batch at the next step.
+Each result carries, per row, the seconds from batch start to its first token, and for
+the batch the measured seconds per output token and the instance's free KV capacity,
+which the scheduler's policy feeds on.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from specbatch.decoding import Engine, GenerationRequest
+from specbatch.serving.cancellation import CancelBoard
+from specbatch.serving.detokenize import IncrementalDetokenizer
 from specbatch.serving.outcomes import PromptOutcome
 
 logger = logging.getLogger(__name__)
 
 MODES = ("speculative", "target_only", "draft_only", "score")
+
+DeltaSink = Callable[[list[tuple[int, str]]], None]
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,8 @@ class WorkItem:
     top_p: float = 1.0
     top_k: int = 0
     continuations: tuple[str, ...] = ()
+    row_id: str = ""
+    stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -36,31 +46,41 @@ class WorkerResult:
     outcomes: list[PromptOutcome]
     seconds_per_token: float
     free_kv_tokens: int
+    first_token_s: list[float] = field(default_factory=list)
 
 
 class BatchWorker:
     """Runs scheduler batches on one engine within a KV memory budget."""
 
-    def __init__(self, engine: Engine, memory_budget_bytes: int) -> None:
+    def __init__(self, engine: Engine, memory_budget_bytes: int, board: CancelBoard | None = None) -> None:
         self._engine = engine
         self._memory_budget_bytes = memory_budget_bytes
+        self._board = board
 
     @property
     def free_kv_tokens(self) -> int:
         return self._engine.free_kv_tokens(self._memory_budget_bytes)
 
-    def run(self, mode: str, items: Sequence[WorkItem]) -> WorkerResult:
+    def run(self, mode: str, items: Sequence[WorkItem], on_deltas: DeltaSink | None = None) -> WorkerResult:
+        """Serve one batch; `on_deltas([(row, text), ...])` is called once per step for streaming rows."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+        started = time.perf_counter()
         if mode == "score":
             outcomes = self._score(items)
-            return WorkerResult(outcomes, 0.0, self.free_kv_tokens)
-        outcomes = self._generate(mode, items)
-        return WorkerResult(outcomes, self._engine.last_step_seconds_per_token, self.free_kv_tokens)
+            elapsed = time.perf_counter() - started
+            return WorkerResult(outcomes, 0.0, self.free_kv_tokens, [elapsed] * len(items))
+        outcomes, first_token_s = self._generate(mode, items, on_deltas, started)
+        return WorkerResult(
+            outcomes, self._engine.last_step_seconds_per_token, self.free_kv_tokens, first_token_s
+        )
 
-    def _generate(self, mode: str, items: Sequence[WorkItem]) -> list[PromptOutcome]:
+    def _generate(
+        self, mode: str, items: Sequence[WorkItem], on_deltas: DeltaSink | None, started: float
+    ) -> tuple[list[PromptOutcome], list[float]]:
         outcomes: list[PromptOutcome | None] = [None] * len(items)
-        valid_rows: list[int] = []
+        first_token_s = [0.0] * len(items)
+        rows: list[int] = []
         requests: list[GenerationRequest] = []
         for row, item in enumerate(items):
             request = GenerationRequest(
@@ -75,19 +95,50 @@ class BatchWorker:
             except ValueError as exc:
                 outcomes[row] = PromptOutcome.failed(str(exc))
                 continue
-            valid_rows.append(row)
+            rows.append(row)
             requests.append(request)
-        if requests:
-            for row, result in zip(valid_rows, self._engine.generate(requests, mode=mode), strict=True):
-                outcomes[row] = PromptOutcome(
-                    text=result.text,
-                    finish_reason=result.finish_reason,
-                    num_input_tokens=result.num_input_tokens,
-                    num_output_tokens=result.num_output_tokens,
-                    total_draft_tokens=result.total_draft_tokens,
-                    total_accepted_draft_tokens=result.total_accepted_draft_tokens,
-                )
-        return [o for o in outcomes if o is not None]
+        if not requests:
+            return [o for o in outcomes if o is not None], first_token_s
+
+        decode = self._engine.pair.tokenizer.decode
+        streams = {
+            i: IncrementalDetokenizer(lambda ids: decode(ids, skip_special_tokens=True))
+            for i, row in enumerate(rows)
+            if items[row].stream and on_deltas is not None
+        }
+
+        def on_step(updates: dict[int, list[int]]) -> None:
+            now = time.perf_counter() - started
+            deltas = []
+            for index, token_ids in updates.items():
+                if first_token_s[rows[index]] == 0.0:
+                    first_token_s[rows[index]] = now
+                if index in streams:
+                    text = streams[index].push(token_ids)
+                    if text:
+                        deltas.append((rows[index], text))
+            if deltas and on_deltas is not None:
+                on_deltas(deltas)
+
+        def is_cancelled(index: int) -> bool:
+            return self._board is not None and self._board.is_cancelled(items[rows[index]].row_id)
+
+        results = self._engine.generate(requests, mode=mode, on_step=on_step, is_cancelled=is_cancelled)
+        tail = []
+        for index, (row, result) in enumerate(zip(rows, results, strict=True)):
+            outcomes[row] = PromptOutcome(
+                text=result.text,
+                finish_reason=result.finish_reason,
+                num_input_tokens=result.num_input_tokens,
+                num_output_tokens=result.num_output_tokens,
+                total_draft_tokens=result.total_draft_tokens,
+                total_accepted_draft_tokens=result.total_accepted_draft_tokens,
+            )
+            if index in streams and (rest := streams[index].finish(result.text)):
+                tail.append((row, rest))
+        if tail and on_deltas is not None:
+            on_deltas(tail)
+        return [o for o in outcomes if o is not None], first_token_s
 
     def _score(self, items: Sequence[WorkItem]) -> list[PromptOutcome]:
         outcomes: list[PromptOutcome | None] = [None] * len(items)
@@ -100,5 +151,5 @@ class BatchWorker:
                 [items[r].prompt for r in rows], [list(items[r].continuations) for r in rows]
             )
             for row, score in zip(rows, scores, strict=True):
-                outcomes[row] = PromptOutcome(text=score.best, finish_reason="stop", num_output_tokens=0)
+                outcomes[row] = PromptOutcome(text=score.best, finish_reason="stop")
         return [o for o in outcomes if o is not None]

@@ -13,7 +13,7 @@ import triton_python_backend_utils as pb_utils
 
 
 class MetricRegistry:
-    """Lazily creates labelled counters and gauges under one model label; safe from several threads."""
+    """Lazily creates labelled counters, gauges and histograms; safe from several threads."""
 
     def __init__(self, model: str) -> None:
         self._model = model
@@ -28,13 +28,18 @@ class MetricRegistry:
             self._families[name] = family
         return family
 
-    def _metric(self, name: str, description: str, kind, labels: dict[str, str]):
+    def _metric(self, name: str, description: str, kind, labels: dict[str, str], buckets=None):
         key = (name, tuple(sorted(labels.items())))
         with self._lock:
             metric = self._metrics.get(key)
             if metric is None:
                 family = self._family(name, description, kind)
-                metric = family.Metric(labels={"model": self._model, **labels})
+                full_labels = {"model": self._model, **labels}
+                metric = (
+                    family.Metric(labels=full_labels, buckets=buckets)
+                    if buckets
+                    else family.Metric(full_labels)
+                )
                 self._metrics[key] = metric
         return metric
 
@@ -44,3 +49,6 @@ class MetricRegistry:
 
     def set(self, name: str, description: str, value: float, **labels: str) -> None:
         self._metric(name, description, pb_utils.MetricFamily.GAUGE, labels).set(value)
+
+    def observe(self, name: str, description: str, value: float, buckets: list[float], **labels: str) -> None:
+        self._metric(name, description, pb_utils.MetricFamily.HISTOGRAM, labels, buckets).observe(value)

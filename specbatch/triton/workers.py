@@ -1,4 +1,10 @@
-"""The scheduler's WorkerBackend over BLS: batches to qwen3_specdec, lengths back to the router."""
+"""The scheduler's WorkerBackend over BLS: batches to qwen3_specdec, lengths back to the router.
+
+qwen3_specdec is decoupled: for a batch it streams zero or more delta responses (text
+of streaming rows, by row) and then one response with every row's outcome and the
+instance's measurements. The backend's response iterator blocks while it waits, so it
+is advanced on a worker thread and the dispatcher's loop stays free for other batches.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specbatch.serving.dispatcher import BatchResult, PromptJob
-from specbatch.serving.protocol import batch_result_from_arrays, strings, work_arrays
+from specbatch.serving.dispatcher import BatchResult, DeltaSink, PromptJob
+from specbatch.serving.protocol import (
+    batch_result_from_arrays,
+    strings,
+    work_arrays,
+    worker_deltas_from_arrays,
+)
 from specbatch.serving.tasks import SCORE
 from specbatch.serving.worker import WorkItem
 from specbatch.triton.tensors import bls_request, response_arrays
@@ -24,8 +35,11 @@ WORKER_OUTPUTS = (
     "num_output_tokens",
     "total_draft_tokens",
     "total_accepted_draft_tokens",
+    "first_token_s",
     "seconds_per_token",
     "free_kv_tokens",
+    "delta_row",
+    "delta_text",
 )
 
 
@@ -38,13 +52,15 @@ def work_items(jobs: Sequence[PromptJob]) -> list[WorkItem]:
             top_p=job.sampling.top_p,
             top_k=job.sampling.top_k,
             continuations=job.prepared.continuations,
+            row_id=job.row_id,
+            stream=job.on_delta is not None,
         )
         for job in jobs
     ]
 
 
 class BlsWorkerBackend:
-    """Runs dispatcher batches on the qwen3_specdec instances through async BLS."""
+    """Runs dispatcher batches on the qwen3_specdec instances through async decoupled BLS."""
 
     def __init__(self, worker_model: str, generation_mode: str, router_model: str | None = None) -> None:
         self._worker_model = worker_model
@@ -52,10 +68,19 @@ class BlsWorkerBackend:
         self._router_model = router_model
         self._background: set[asyncio.Task] = set()
 
-    async def run(self, kind: str, jobs: Sequence[PromptJob]) -> BatchResult:
+    async def run(self, kind: str, jobs: Sequence[PromptJob], on_deltas: DeltaSink) -> BatchResult:
         mode = "score" if kind == SCORE else self._generation_mode
         request = bls_request(self._worker_model, work_arrays(mode, work_items(jobs)), WORKER_OUTPUTS)
-        result = batch_result_from_arrays(response_arrays(await request.async_exec(), WORKER_OUTPUTS))
+        result = None
+        replies = await request.async_exec(decoupled=True)
+        while (reply := await asyncio.to_thread(next, replies, None)) is not None:
+            arrays = response_arrays(reply, WORKER_OUTPUTS)
+            if "delta_row" in arrays:
+                on_deltas(worker_deltas_from_arrays(arrays))
+            elif "text_output" in arrays:
+                result = batch_result_from_arrays(arrays)
+        if result is None:
+            raise RuntimeError(f"{self._worker_model} closed the stream without a final result")
         if kind != SCORE and self._router_model:
             self._observe(jobs, [o.num_output_tokens if not o.error else -1 for o in result.outcomes])
         return result
@@ -75,8 +100,7 @@ class BlsWorkerBackend:
 
     async def _send_observation(self, arrays) -> None:
         try:
-            response_arrays(
-                await bls_request(self._router_model, arrays, ("routed_task",)).async_exec(), ("routed_task",)
-            )
+            reply = await bls_request(self._router_model, arrays, ("routed_task",)).async_exec()
+            response_arrays(reply, ("routed_task",))
         except Exception:
             logger.warning("could not report observed lengths to %s", self._router_model, exc_info=True)

@@ -74,3 +74,51 @@ def grpc_generate(url: str, inputs: dict, timeout_s: float = 300.0) -> tuple[dic
         array = result.as_numpy(output.name)
         outputs[output.name] = [v.decode() if isinstance(v, bytes) else v.item() for v in array.reshape(-1)]
     return outputs, None
+
+
+class GrpcStream:
+    """A gRPC stream kept open across requests, collecting every response by request id."""
+
+    def __init__(self, url: str) -> None:
+        import queue
+
+        import tritonclient.grpc as grpcclient
+
+        self._grpcclient = grpcclient
+        self.replies: queue.Queue = queue.Queue()
+        self.client = grpcclient.InferenceServerClient(url)
+        self.client.start_stream(callback=lambda result, error: self.replies.put((result, error)))
+
+    def send(
+        self, request_id: str, inputs: dict, timeout_us: int | None = None, model: str = "specbatch"
+    ) -> None:
+        import numpy as np
+        from tritonclient.utils import np_to_triton_dtype
+
+        tensors = []
+        for name, array in inputs.items():
+            datatype = "BYTES" if array.dtype == np.object_ else np_to_triton_dtype(array.dtype)
+            tensor = self._grpcclient.InferInput(name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        kwargs = {"timeout": timeout_us} if timeout_us else {}
+        self.client.async_stream_infer(model, tensors, request_id=request_id, **kwargs)
+
+    def next(self, timeout_s: float = 120.0) -> tuple[str, dict, bool, str | None]:
+        """(request id, outputs, final?, error message) of the next response."""
+        result, error = self.replies.get(timeout=timeout_s)
+        if error is not None:
+            return "", {}, True, error.message()
+        response = result.get_response()
+        outputs = {}
+        for output in response.outputs:
+            array = result.as_numpy(output.name)
+            outputs[output.name] = [
+                v.decode() if isinstance(v, bytes) else v.item() for v in array.reshape(-1)
+            ]
+        final = response.parameters["triton_final_response"].bool_param
+        return response.id, outputs, final, None
+
+    def close(self, cancel: bool = False) -> None:
+        self.client.stop_stream(cancel_requests=cancel)
+        self.client.close()

@@ -26,7 +26,7 @@ class EngineBackend:
         self.batch_sizes: list[tuple[str, int]] = []
         self._fail_next = fail_first_generate
 
-    async def run(self, kind, jobs):
+    async def run(self, kind, jobs, on_deltas):
         self.batch_sizes.append((kind, len(jobs)))
         if kind != SCORE and self._fail_next:
             self._fail_next = False
@@ -40,7 +40,13 @@ class EngineBackend:
             )
             for j in jobs
         ]
-        result = await asyncio.to_thread(self.worker.run, "score" if kind == SCORE else "speculative", items)
+        mode = "score" if kind == SCORE else "speculative"
+        loop = asyncio.get_running_loop()
+
+        def deltas_on_loop(deltas):
+            loop.call_soon_threadsafe(on_deltas, deltas)
+
+        result = await asyncio.to_thread(self.worker.run, mode, items, deltas_on_loop)
         return batch_result_from_arrays(worker_result_arrays(result))
 
 

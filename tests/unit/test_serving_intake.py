@@ -28,7 +28,7 @@ def make_intake(max_context: int = 64) -> RequestIntake:
 
 def admit(intake, request):
     delivered: list[list[PromptOutcome]] = []
-    jobs = intake.admit(request, delivered.append)
+    jobs = intake.admit(request, lambda outcomes, timings: delivered.append(outcomes))
     return jobs, delivered
 
 
@@ -89,13 +89,13 @@ def test_a_graph_without_a_path_fails_with_a_clear_message():
 
 def test_malformed_requests_raise():
     with pytest.raises(PromptError):
-        make_intake().admit(RoutedRequest(prompts=[], tasks=[], predicted_tokens=[]), lambda _: None)
+        make_intake().admit(RoutedRequest(prompts=[], tasks=[], predicted_tokens=[]), lambda *_: None)
     with pytest.raises(ValueError, match="2 values for 3 prompts"):
         make_intake().admit(
             RoutedRequest(
                 prompts=[INFOBENCH] * 3, tasks=["infobench"] * 3, predicted_tokens=[1] * 3, max_tokens=[1, 2]
             ),
-            lambda _: None,
+            lambda outcomes, timings: None,
         )
 
 

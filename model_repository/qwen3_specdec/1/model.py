@@ -1,24 +1,29 @@
 """qwen3_specdec: one target + draft pair on this instance's device, serving scheduler batches.
 
 Called by the scheduler through BLS with a `mode` (speculative, target_only,
-draft_only, score) and one row per prompt; answers per-row outcomes plus the
-instance's measured seconds per token and free KV capacity.
+draft_only, score) and one row per prompt. Decoupled: streaming rows' text goes back
+as one delta response per decode step, then a final response carries per-row outcomes
+plus the instance's measured seconds per token and free KV capacity. execute() returns
+only when its batch is done, so each instance runs one batch at a time.
 """
 
 import json
 import logging
 
 import torch
+import triton_python_backend_utils as pb_utils
 
 from specbatch.decoding import Engine, load_model_pair
-from specbatch.serving.protocol import work_from_arrays, worker_result_arrays
+from specbatch.serving.cancellation import CancelBoard
+from specbatch.serving.protocol import work_from_arrays, worker_delta_arrays, worker_result_arrays
 from specbatch.serving.settings import ModelSettings, project_root
 from specbatch.serving.worker import BatchWorker
 from specbatch.triton import logs
 from specbatch.triton.metrics import MetricRegistry
 from specbatch.triton.tensors import arrays_of, error_response, response
 
-INPUTS = ("mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices")
+INPUTS = ("mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices", "row_id", "stream")
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 logger = logging.getLogger("specbatch.qwen3_specdec")
 
 
@@ -43,25 +48,31 @@ class TritonPythonModel:
         )
         engine = Engine(pair, lookahead=None if lookahead == "adaptive" else int(lookahead))
         budget = int(settings.number("kv_memory_budget_gb") * (1 << 30))
-        self.worker = BatchWorker(engine, budget)
+        self.worker = BatchWorker(engine, budget, CancelBoard.for_server())
         self.metrics = MetricRegistry("qwen3_specdec")
         logger.info("%s ready on %s (free KV %d tokens)", self.instance, device, self.worker.free_kv_tokens)
 
     def execute(self, requests):
-        return [self._serve(request) for request in requests]
+        for request in requests:
+            self._serve(request, request.get_response_sender())
+        return None
 
-    def _serve(self, request):
+    def _serve(self, request, sender):
+        def send_deltas(deltas):
+            sender.send(response(worker_delta_arrays(deltas)))
+
         try:
             mode, items = work_from_arrays(arrays_of(request, INPUTS))
-            result = self.worker.run(mode, items)
+            result = self.worker.run(mode, items, on_deltas=send_deltas)
         except Exception as exc:
             logger.exception("%s: batch failed", self.instance)
             self.metrics.increment(
                 "specbatch_worker_errors_total", "Worker batches that failed", instance=self.instance
             )
-            return error_response(f"{self.instance}: {exc}")
+            sender.send(error_response(f"{self.instance}: {exc}"), flags=FINAL)
+            return
+        sender.send(response(worker_result_arrays(result)), flags=FINAL)
         self._publish(mode, result)
-        return response(worker_result_arrays(result))
 
     def _publish(self, mode, result):
         m, inst = self.metrics, self.instance

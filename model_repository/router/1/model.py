@@ -44,8 +44,11 @@ class TritonPythonModel:
         self.metrics.increment("specbatch_router_fallbacks_total", "Prompts classified by the draft model")
         arrays = work_arrays("draft_only", [WorkItem(prompt=prompt, max_tokens=self.fallback_tokens)])
         request = bls_request(self.fallback_model, arrays, ("text_output", "error"))
-        outputs = response_arrays(request.exec(), ("text_output", "error"))
-        return texts(outputs["text_output"])[0]
+        for reply in request.exec(decoupled=True):
+            outputs = response_arrays(reply, ("text_output", "error"))
+            if "text_output" in outputs:
+                return texts(outputs["text_output"])[0]
+        raise RuntimeError(f"{self.fallback_model} gave no answer to the routing fallback")
 
     def execute(self, requests):
         return [self._serve(request) for request in requests]

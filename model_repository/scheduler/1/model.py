@@ -2,8 +2,9 @@
 
 execute() only admits: graph prompts and per-prompt errors are answered at once,
 mmlu and infobench prompts are queued; an asyncio loop in its own thread forms
-batches with the multi-bin + dynamic policy and runs them on qwen3_specdec through
-async BLS. Each request's response goes out when its last prompt is done.
+batches with the multi-bin + dynamic policy, runs them on qwen3_specdec through
+async BLS, forwards streamed text, watches for cancelled requests and publishes the
+latency histograms. Each request's final response goes out when its last prompt is done.
 """
 
 import asyncio
@@ -14,10 +15,18 @@ import time
 
 import triton_python_backend_utils as pb_utils
 
+from specbatch.serving.cancellation import CancelBoard
 from specbatch.serving.dispatcher import Dispatcher
 from specbatch.serving.intake import RequestIntake, RoutedRequest
-from specbatch.serving.protocol import outcome_arrays, texts
-from specbatch.serving.scheduler_setup import build_limits, build_policy, load_token_counter, worker_slots
+from specbatch.serving.pending import PendingRequests
+from specbatch.serving.protocol import delta_arrays, outcome_arrays, texts
+from specbatch.serving.scheduler_setup import (
+    build_limits,
+    build_policy,
+    build_sla,
+    load_token_counter,
+    worker_slots,
+)
 from specbatch.serving.settings import ModelSettings, project_root
 from specbatch.triton import logs
 from specbatch.triton.metrics import MetricRegistry
@@ -26,6 +35,8 @@ from specbatch.triton.workers import BlsWorkerBackend
 
 logger = logging.getLogger("specbatch.scheduler")
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
+TPOT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
 
 
 class TritonPythonModel:
@@ -35,7 +46,12 @@ class TritonPythonModel:
         settings = ModelSettings(config, project_root(args["model_repository"]))
         count_tokens, max_context = load_token_counter(settings.model_path("target_model"))
         self.intake = RequestIntake(build_limits(settings), count_tokens, max_context, time.monotonic)
+        self.sla = build_sla(settings)
+        self.cancel_poll_s = settings.number("cancel_poll_ms", 20.0) / 1000.0
         self.metrics = MetricRegistry("scheduler")
+        self.pending = PendingRequests()
+        board = CancelBoard.for_server()
+        board.reset()
         backend = BlsWorkerBackend(
             settings.raw("worker_model", "qwen3_specdec"),
             settings.raw("generation_mode", "speculative"),
@@ -49,6 +65,7 @@ class TritonPythonModel:
             slots,
             score_batch_max=settings.integer("score_batch_max", 32),
             on_batch=self._publish_batch,
+            board=board,
         )
         self.thread = threading.Thread(target=self._run_loop, name="specbatch-dispatch", daemon=True)
         self.thread.start()
@@ -56,20 +73,35 @@ class TritonPythonModel:
 
     def _run_loop(self):
         asyncio.set_event_loop(self.loop)
+        watcher = self.loop.create_task(self._watch_cancellations())
         self.loop.run_until_complete(self.dispatcher.run())
+        watcher.cancel()
+        self.loop.run_until_complete(asyncio.gather(watcher, return_exceptions=True))
+
+    async def _watch_cancellations(self):
+        while True:
+            await asyncio.sleep(self.cancel_poll_s)
+            for key in self.pending.cancelled():
+                self.dispatcher.cancel(key)
 
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
             try:
                 routed = self._routed(request)
-                jobs = self.intake.admit(routed, self._responder(sender, len(routed.prompts)))
+                reply = _Reply(self, sender, len(routed.prompts), routed.stream)
+                jobs = self.intake.admit(routed, reply.complete, reply.delta if routed.stream else None)
             except ValueError as exc:
                 sender.send(error_response(str(exc)), flags=FINAL)
                 continue
-            for job in jobs:
-                self.loop.call_soon_threadsafe(self.dispatcher.submit, job)
+            if jobs:
+                self.loop.call_soon_threadsafe(self._submit, jobs, request, reply)
         return None
+
+    def _submit(self, jobs, request, reply):
+        self.pending.add(jobs[0].key[0], [job.key for job in jobs], request.is_cancelled, lambda: reply.done)
+        for job in jobs:
+            self.dispatcher.submit(job)
 
     def _routed(self, request):
         def column(name):
@@ -77,6 +109,7 @@ class TritonPythonModel:
             return None if array is None else array.tolist()
 
         stream = optional_array(request, "stream")
+        timeout_us = request.timeout()
         return RoutedRequest(
             prompts=required_array(request, "text_input").tolist(),
             tasks=texts(required_array(request, "routed_task")),
@@ -87,29 +120,55 @@ class TritonPythonModel:
             top_p=column("top_p"),
             top_k=column("top_k"),
             stream=bool(stream is not None and stream.any()),
+            timeout_s=timeout_us / 1e6 if timeout_us else None,
         )
 
-    def _responder(self, sender, count):
-        def respond(outcomes):
-            for outcome in outcomes:
-                self.metrics.increment(
-                    "specbatch_prompts_total", "Prompts answered per task", task=outcome.task or "none"
+    def publish_outcomes(self, outcomes, timings):
+        m = self.metrics
+        for outcome, timing in zip(outcomes, timings, strict=True):
+            task = outcome.task or "none"
+            m.increment(
+                "specbatch_prompts_total",
+                "Prompts answered per task and finish reason",
+                task=task,
+                finish_reason=outcome.finish_reason,
+            )
+            if outcome.error:
+                m.increment("specbatch_prompt_errors_total", "Prompts answered with an error", task=task)
+                continue
+            m.observe(
+                "specbatch_e2e_seconds",
+                "End-to-end latency per prompt",
+                timing.e2e_s,
+                LATENCY_BUCKETS,
+                task=task,
+            )
+            m.observe(
+                "specbatch_queue_seconds",
+                "Time from arrival to dispatch",
+                timing.queue_s,
+                LATENCY_BUCKETS,
+                task=task,
+            )
+            if timing.ttft_s is not None:
+                m.observe(
+                    "specbatch_ttft_seconds", "Time to first token", timing.ttft_s, LATENCY_BUCKETS, task=task
                 )
-                if outcome.error:
-                    self.metrics.increment(
-                        "specbatch_prompt_errors_total",
-                        "Prompts answered with an error",
-                        task=outcome.task or "none",
-                    )
-            try:
-                if count == 1 and outcomes[0].error:
-                    sender.send(error_response(outcomes[0].error), flags=FINAL)
-                else:
-                    sender.send(response(outcome_arrays(outcomes)), flags=FINAL)
-            except Exception:
-                logger.exception("sending a response failed (client gone?)")
-
-        return respond
+            if timing.tpot_s is not None:
+                m.observe(
+                    "specbatch_tpot_seconds",
+                    "Time per output token after the first",
+                    timing.tpot_s,
+                    TPOT_BUCKETS,
+                    task=task,
+                )
+            for bound in self.sla.violations(timing):
+                m.increment(
+                    "specbatch_sla_violations_total",
+                    "Prompts that broke an SLA bound",
+                    task=task,
+                    bound=bound,
+                )
 
     def _publish_batch(self, kind, size, snapshot):
         m = self.metrics
@@ -118,6 +177,13 @@ class TritonPythonModel:
             "specbatch_batched_prompts_total", "Prompts dispatched in batches per kind", size, kind=kind
         )
         m.set("specbatch_batch_size", "Size of the last batch dispatched", size, kind=kind)
+        m.observe(
+            "specbatch_batch_size_prompts",
+            "Batch sizes dispatched",
+            size,
+            [1, 2, 4, 8, 16, 32, 64, 128],
+            kind=kind,
+        )
         for index, depth in enumerate(snapshot["queue_depth"]):
             m.set("specbatch_queue_depth", "Prompts waiting per length bin", depth, bin=str(index))
         m.set(
@@ -139,3 +205,30 @@ class TritonPythonModel:
     def finalize(self):
         self.loop.call_soon_threadsafe(self.dispatcher.stop)
         self.thread.join(timeout=30)
+
+
+class _Reply:
+    """One request's response sender: stream deltas, then exactly one final response."""
+
+    def __init__(self, model, sender, count, stream):
+        self.model, self.sender, self.count, self.stream = model, sender, count, stream
+        self.done = False
+
+    def delta(self, index, task, text):
+        try:
+            self.sender.send(response(delta_arrays(index, task, text)))
+        except Exception:
+            logger.warning("sending a stream delta failed (client gone?)", exc_info=True)
+
+    def complete(self, outcomes, timings):
+        self.done = True
+        self.model.publish_outcomes(outcomes, timings)
+        try:
+            if all(o.finish_reason == "cancelled" for o in outcomes):
+                self.sender.send(error_response(outcomes[0].error, cancelled=True), flags=FINAL)
+            elif self.count == 1 and outcomes[0].error:
+                self.sender.send(error_response(outcomes[0].error), flags=FINAL)
+            else:
+                self.sender.send(response(outcome_arrays(outcomes, with_text=not self.stream)), flags=FINAL)
+        except Exception:
+            logger.exception("sending a response failed (client gone?)")

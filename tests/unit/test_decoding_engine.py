@@ -1,0 +1,294 @@
+"""Engine behaviour the server relies on: validation, stopping, streaming, cancellation,
+KV accounting, lookahead adaptation, choice scoring and pair loading."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from decoding_fixtures import SMALL_SPEC, bpe_tokenizer, letters_tokenizer, make_pair, prompts
+
+from specbatch.decoding import (
+    Engine,
+    GenerationRequest,
+    IncompatiblePairError,
+    InvalidRequestError,
+    load_model_pair,
+    pair_from_models,
+)
+from specbatch.decoding.lookahead import Lookahead, next_lookahead
+from specbatch.decoding.tiny import random_qwen3
+
+
+@functools.cache
+def _pair(keep_eos: bool = False):
+    return make_pair("controlled", epsilon=0.3, keep_eos=keep_eos)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"prompt": ""}, "empty"),
+        ({"prompt": []}, "empty"),
+        ({"prompt": [1, 10**6]}, "out of range"),
+        ({"prompt": None}, "prompt must be"),
+        ({"prompt": ["a", "b"]}, "prompt must be"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_new_tokens": 10_000}, "context"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": math.nan}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"stop": "x"}, "stop"),
+        ({"stop": [""]}, "stop"),
+    ],
+)
+def test_validate_rejects_bad_requests_with_a_clear_message(change: dict, message: str) -> None:
+    engine = Engine(_pair())
+    request = GenerationRequest(**{"prompt": "hello there", **change})
+    with pytest.raises(InvalidRequestError, match=message):
+        engine.validate(request)
+    with pytest.raises(ValueError, match=message):
+        engine.generate([request])
+
+
+def test_validate_accepts_a_good_request_and_generate_refuses_unknown_modes() -> None:
+    engine = Engine(_pair())
+    engine.validate(GenerationRequest("hello there", max_new_tokens=5, temperature=0.7, top_p=0.9, top_k=10))
+    with pytest.raises(ValueError, match="mode"):
+        engine.generate([GenerationRequest("hi")], mode="beam")
+    assert engine.generate([]) == []
+
+
+def test_speculative_mode_needs_a_draft() -> None:
+    pair = _pair()
+    target_only = pair_from_models(pair.hf_target, None, pair.tokenizer)
+    engine = Engine(target_only)
+    with pytest.raises(ValueError, match="draft"):
+        engine.generate([GenerationRequest("hi")])
+    assert (
+        engine.generate([GenerationRequest("hi", max_new_tokens=3)], mode="target_only")[0].num_output_tokens
+        == 3
+    )
+
+
+@pytest.mark.parametrize("mode", ["speculative", "target_only"])
+def test_rows_stop_at_eos_with_the_eos_token_last(mode: str) -> None:
+    free = _pair()
+    rows = prompts(6, free.vocab_size, seed=21)
+    reference = Engine(free).generate(
+        [GenerationRequest(p, max_new_tokens=30) for p in rows], mode="target_only"
+    )
+    pair = _pair(keep_eos=True)
+    # declare a token the free run produced as end-of-sequence; rows must stop right there
+    eos = reference[0].tokens[5]
+    pair.eos_token_ids.clear()
+    pair.eos_token_ids.add(eos)
+    results = Engine(pair, lookahead=4).generate(
+        [GenerationRequest(p, max_new_tokens=30) for p in rows], mode=mode
+    )
+    for free_result, result in zip(reference, results, strict=True):
+        if eos in free_result.tokens:
+            cut = free_result.tokens.index(eos) + 1
+            assert result.tokens == free_result.tokens[:cut]
+            assert result.finish_reason == "stop"
+        else:
+            assert result.tokens == free_result.tokens
+            assert result.finish_reason == "length"
+
+
+def test_stop_strings_end_the_row_and_are_not_in_the_text() -> None:
+    pair = make_pair("same", dtype=torch.float64)
+    engine = Engine(pair, lookahead=3)
+    prompt = [40, 41, 42]
+    free = engine.generate([GenerationRequest(prompt, max_new_tokens=24)], mode="target_only")[0]
+    full_text = pair.tokenizer.decode(free.tokens, skip_special_tokens=True)
+    stop = full_text[len(full_text) // 2 : len(full_text) // 2 + 3]
+    assert stop and stop in full_text
+    for mode in ("speculative", "target_only"):
+        result = engine.generate(
+            [GenerationRequest(prompt, max_new_tokens=24, stop=[stop, "never-seen"])], mode=mode
+        )[0]
+        assert result.finish_reason == "stop"
+        assert result.text == full_text[: full_text.index(stop)]
+        assert stop not in result.text
+        assert result.tokens == free.tokens[: result.num_output_tokens]
+        text_before_last = pair.tokenizer.decode(result.tokens[:-1], skip_special_tokens=True)
+        assert stop not in text_before_last and stop in pair.tokenizer.decode(
+            result.tokens, skip_special_tokens=True
+        )
+
+
+def test_step_callback_delivers_exactly_the_tokens_in_order_once_per_step() -> None:
+    pair = _pair()
+    rows = prompts(4, pair.vocab_size, seed=3)
+    streamed: dict[int, list[int]] = {i: [] for i in range(4)}
+    steps: list[list[int]] = []
+
+    def on_step(updates: dict[int, list[int]]) -> None:
+        steps.append(sorted(updates))
+        for row, tokens in updates.items():
+            streamed[row].extend(tokens)
+
+    results = Engine(pair, lookahead=3).generate(
+        [GenerationRequest(p, max_new_tokens=n) for p, n in zip(rows, [5, 9, 14, 20], strict=True)],
+        on_step=on_step,
+    )
+    assert [streamed[i] for i in range(4)] == [r.tokens for r in results]
+    assert steps[0] == [0, 1, 2, 3], "the prefill step gives every row its first token"
+    assert sum(1 for s in steps if 3 in s) > 1
+    assert steps[-1] == [3], "finished rows leave the batch"
+
+
+def test_cancelled_rows_leave_without_disturbing_the_others() -> None:
+    pair = _pair()
+    rows = prompts(4, pair.vocab_size, seed=3)
+    requests = [GenerationRequest(p, max_new_tokens=16) for p in rows]
+    engine = Engine(pair, lookahead=2)
+    reference = engine.generate(requests)
+    steps = {"n": 0}
+
+    def on_step(updates: dict[int, list[int]]) -> None:
+        steps["n"] += 1
+
+    results = engine.generate(
+        requests, on_step=on_step, is_cancelled=lambda row: row == 1 and steps["n"] >= 2
+    )
+    assert results[1].finish_reason == "cancelled"
+    assert 0 < results[1].num_output_tokens < 16
+    assert results[1].tokens == reference[1].tokens[: results[1].num_output_tokens]
+    for i in (0, 2, 3):
+        assert results[i].tokens == reference[i].tokens
+        assert results[i].finish_reason == "length"
+
+
+def test_result_counters_and_kv_accounting() -> None:
+    pair = _pair()
+    engine = Engine(pair, lookahead=4)
+    seen: list[int] = []
+    results = engine.generate(
+        [GenerationRequest("hello world", max_new_tokens=10), GenerationRequest([5, 6, 7], max_new_tokens=4)],
+        on_step=lambda updates: seen.append(engine.kv_tokens_held),
+    )
+    assert results[0].num_input_tokens == len(pair.tokenizer.encode("hello world"))
+    assert results[1].num_input_tokens == 3
+    assert [r.num_output_tokens for r in results] == [10, 4]
+    for r in results:
+        assert r.total_draft_tokens > 0
+        assert 0 <= r.total_accepted_draft_tokens <= r.total_draft_tokens
+        assert r.acceptance_rate == r.total_accepted_draft_tokens / r.total_draft_tokens
+    assert min(seen) > 0
+    assert seen[-1] < seen[0], "a finished row's cache is released at once"
+    assert engine.kv_tokens_held == 0
+    assert engine.last_step_seconds_per_token > 0
+    budget = 1000 * pair.kv_bytes_per_token
+    assert engine.free_kv_tokens(budget) == 1000
+    assert engine.free_kv_tokens(0) == 0
+    assert engine.generate([GenerationRequest("x")], mode="target_only")[0].acceptance_rate == 0.0
+
+
+def test_draft_only_runs_the_draft_model_greedily() -> None:
+    pair = _pair()
+    draft_alone = pair_from_models(pair.hf_draft, None, pair.tokenizer)
+    draft_alone.eos_token_ids.clear()
+    rows = prompts(3, pair.vocab_size, seed=6)
+    requests = [GenerationRequest(p, max_new_tokens=8) for p in rows]
+    expected = Engine(draft_alone).generate(requests, mode="target_only")
+    got = Engine(pair).generate(requests, mode="draft_only")
+    assert [r.tokens for r in got] == [r.tokens for r in expected]
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "current", "expected"),
+    [
+        (0.9, 4, 6),
+        (0.76, 7, 8),
+        (0.7, 4, 5),
+        (0.6, 4, 4),
+        (0.5, 4, 4),
+        (0.41, 4, 4),
+        (0.4, 4, 3),
+        (0.3, 4, 3),
+        (0.25, 4, 2),
+        (0.1, 2, 1),
+        (0.0, 1, 1),
+        (1.0, 8, 8),
+    ],
+)
+def test_lookahead_rule(acceptance: float, current: int, expected: int) -> None:
+    assert next_lookahead(current, acceptance) == expected
+
+
+def test_adaptive_lookahead_uses_a_rolling_window_and_fixed_k_never_moves() -> None:
+    adaptive = Lookahead(initial=4, window=2)
+    adaptive.record(4, 4)  # 1.0 -> 6
+    adaptive.record(6, 0)  # window (10, 4) = 0.4 -> 5
+    assert adaptive.k == 5
+    adaptive.record(5, 0)  # window (11, 0) -> 3
+    assert adaptive.k == 3
+    fixed = Lookahead(fixed=3)
+    fixed.record(3, 0)
+    assert fixed.k == 3
+    with pytest.raises(ValueError):
+        Lookahead(fixed=9)
+
+
+def test_score_choices_picks_the_label_the_target_likes_best() -> None:
+    pair = _pair()
+    engine = Engine(pair)
+    questions = ["Question: which one? Answer:", "Choices:\nA. heart\nB. liver\nAnswer:"]
+    single = [[" A", " B", " C", " D"], [" A", " B"]]
+    multi = [[" A heart", " B", " C liver disease"], [" A", " B"]]
+    for labels in (single, multi):
+        scores = engine.score_choices(questions, labels)
+        for question, row, result in zip(questions, labels, scores, strict=True):
+            ids = pair.tokenizer.encode(question)
+            for label in row:
+                label_ids = pair.tokenizer.encode(label)
+                with torch.no_grad():
+                    logits = pair.hf_target(torch.tensor([ids + label_ids])).logits[0].double()
+                logprobs = torch.log_softmax(logits, -1)
+                expected = sum(float(logprobs[len(ids) - 1 + j, t]) for j, t in enumerate(label_ids))
+                assert result.logprobs[label] == pytest.approx(expected, abs=1e-4)
+            assert result.best == max(result.logprobs, key=result.logprobs.get)
+    with pytest.raises(ValueError, match="labels"):
+        engine.score_choices(["q"], [[]])
+    with pytest.raises(ValueError, match="label lists"):
+        engine.score_choices(["q", "r"], [[" A"]])
+
+
+def test_pairs_with_different_vocabularies_are_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bpe, letters = bpe_tokenizer(), letters_tokenizer(40)
+    target = random_qwen3(SMALL_SPEC, len(bpe), 1, bpe, seed=1)
+    target.save_pretrained(tmp_path / "t")
+    bpe.save_pretrained(tmp_path / "t")
+    other = random_qwen3(SMALL_SPEC, len(bpe), 1, bpe, seed=2)
+    other.save_pretrained(tmp_path / "d")
+    letters.save_pretrained(tmp_path / "d")
+    with pytest.raises(IncompatiblePairError, match="vocabular"):
+        load_model_pair(str(tmp_path / "t"), str(tmp_path / "d"))
+
+
+def test_lm_head_size_differences_use_the_shared_id_range(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = bpe_tokenizer()
+    vocab = len(tokenizer)
+    for name, size, seed in (("t", vocab + 64, 1), ("d", vocab + 8, 2)):
+        model = random_qwen3(SMALL_SPEC, size, 1, tokenizer, seed=seed)
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    pair = load_model_pair(str(tmp_path / "t"), str(tmp_path / "d"))
+    assert pair.vocab_size == vocab + 8
+    assert pair.target.dtype == torch.float32 and pair.device == torch.device("cpu")
+    assert pair.eos_token_ids == {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+    assert pair.max_context == SMALL_SPEC.max_position_embeddings
+    result = Engine(pair, lookahead=2).generate(
+        [GenerationRequest("hello", max_new_tokens=6, temperature=1.0)]
+    )[0]
+    assert all(0 <= t < vocab + 8 for t in result.tokens)
+    with pytest.raises(ValueError, match="dtype"):
+        load_model_pair(str(tmp_path / "t"), dtype="int3")
