@@ -52,11 +52,23 @@ class ServerOptions:
     exit_timeout_s: int = 30
     log_verbose: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    only_model: str | None = None
 
     def arguments(self) -> list[str]:
+        """Both repositories, or with `only_model` that one model alone (explicit model control)."""
+        if self.only_model:
+            repositories = [
+                f"--model-repository={self.root / 'model_repository'}",
+                "--model-control-mode=explicit",
+                f"--load-model={self.only_model}",
+            ]
+        else:
+            repositories = [
+                f"--model-repository={self.root / 'model_repository'}",
+                f"--model-repository={self.root / 'ensemble'}",
+            ]
         args = [
-            f"--model-repository={self.root / 'model_repository'}",
-            f"--model-repository={self.root / 'ensemble'}",
+            *repositories,
             f"--http-address={self.host}",
             f"--grpc-address={self.host}",
             f"--http-port={self.ports.http}",

@@ -137,7 +137,7 @@ class RequestIntake:
                 prepared=prepared,
                 sampling=sampling,
                 input_tokens=input_tokens,
-                predicted_tokens=max(1, int(predicted[index])),
+                predicted_tokens=max(1, min(int(predicted[index]), sampling.max_tokens)),
                 arrival_s=now,
                 deadline_s=deadline,
                 on_done=lambda outcome, i=index: deliver(i, outcome),

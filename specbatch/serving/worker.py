@@ -48,6 +48,15 @@ class WorkerResult:
     free_kv_tokens: int
     first_token_s: list[float] = field(default_factory=list)
 
+    def rows(self, start: int, stop: int) -> WorkerResult:
+        """The result of rows [start, stop) with the batch's measurements."""
+        return WorkerResult(
+            self.outcomes[start:stop],
+            self.seconds_per_token,
+            self.free_kv_tokens,
+            self.first_token_s[start:stop],
+        )
+
 
 class BatchWorker:
     """Runs scheduler batches on one engine within a KV memory budget."""

@@ -23,15 +23,22 @@ def on_server(code: str, server) -> str:
     return code.replace("localhost:8000", server.http_url).replace("localhost:8001", server.grpc_url)
 
 
-def test_readme_curl_example(server):
-    [curl] = [b for b in code_blocks("bash") if b.lstrip().startswith("curl")]
-    reply = subprocess.run(
-        ["bash", "-c", on_server(curl, server)], capture_output=True, text=True, timeout=300
-    )
+def run_bash(code: str) -> str:
+    reply = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=300)
     assert reply.returncode == 0, reply.stderr
-    body = json.loads(reply.stdout)
+    return reply.stdout
+
+
+def test_readme_curl_examples(server):
+    generate, stream = [on_server(b, server) for b in code_blocks("bash") if b.lstrip().startswith("curl")]
+    body = json.loads(run_bash(generate))
     assert body["task"] == ["infobench", "mmlu"]
     assert body["text_output"][0] and re.fullmatch(r"The answer is \([ABC]\)", body["text_output"][1])
+
+    events = [json.loads(line[6:]) for line in run_bash(stream).splitlines() if line.startswith("data: ")]
+    assert len(events) > 2
+    assert events[-1]["finish_reason"] in ("length", "stop")
+    assert "".join(e["text_output"] for e in events[:-1])
 
 
 @pytest.mark.parametrize("marker", ["specbatch_client", "tritonclient.grpc"])

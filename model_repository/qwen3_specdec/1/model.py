@@ -5,6 +5,11 @@ draft_only, score) and one row per prompt. Decoupled: streaming rows' text goes 
 as one delta response per decode step, then a final response carries per-row outcomes
 plus the instance's measured seconds per token and free KV capacity. execute() returns
 only when its batch is done, so each instance runs one batch at a time.
+
+With `max_batch_size` > 0 (configs/cpu_triton_batching.pbtxt) the model is called
+directly and Triton's own dynamic batcher forms the batches: each request is one
+prompt, and all requests of an execute() call run as one engine batch. That variant
+exists to measure the custom scheduler against Triton's batcher.
 """
 
 import json
@@ -49,13 +54,36 @@ class TritonPythonModel:
         engine = Engine(pair, lookahead=None if lookahead == "adaptive" else int(lookahead))
         budget = int(settings.number("kv_memory_budget_gb") * (1 << 30))
         self.worker = BatchWorker(engine, budget, CancelBoard.for_server())
+        self.triton_batching = config.get("max_batch_size", 0) > 0
         self.metrics = MetricRegistry("qwen3_specdec")
         logger.info("%s ready on %s (free KV %d tokens)", self.instance, device, self.worker.free_kv_tokens)
 
     def execute(self, requests):
+        if self.triton_batching:
+            self._serve_triton_batch(requests)
+            return None
         for request in requests:
             self._serve(request, request.get_response_sender())
         return None
+
+    def _serve_triton_batch(self, requests):
+        senders = [request.get_response_sender() for request in requests]
+        try:
+            parsed = [work_from_arrays(arrays_of(request, INPUTS)) for request in requests]
+            modes = {mode for mode, _ in parsed}
+            if len(modes) != 1:
+                raise ValueError(f"one batch cannot mix modes {sorted(modes)}")
+            mode = modes.pop()
+            result = self.worker.run(mode, [item for _, items in parsed for item in items])
+        except Exception as exc:
+            logger.exception("%s: batch failed", self.instance)
+            for sender in senders:
+                sender.send(error_response(f"{self.instance}: {exc}"), flags=FINAL)
+            return
+        for row, sender in enumerate(senders):
+            arrays = worker_result_arrays(result.rows(row, row + 1))
+            sender.send(response({name: array.reshape(1, -1) for name, array in arrays.items()}), flags=FINAL)
+        self._publish(mode, result)
 
     def _serve(self, request, sender):
         def send_deltas(deltas):
