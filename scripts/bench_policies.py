@@ -218,9 +218,10 @@ def table(rows: list[dict], reference: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        ratio = r["goodput_rps"] / reference["goodput_rps"]
         lines.append(
-            f"| {r['label']} | {r['completed']}/{r['offered']} | {r['throughput_rps']:.2f} | {r['goodput_rps']:.2f} "
-            f"| ×{r['goodput_rps'] / reference['goodput_rps']:.2f} | {r['tokens_per_s']:.0f} | {r['sla_met']:.0%} "
+            f"| {r['label']} | {r['completed']}/{r['offered']} | {r['throughput_rps']:.2f} "
+            f"| {r['goodput_rps']:.2f} | ×{ratio:.2f} | {r['tokens_per_s']:.0f} | {r['sla_met']:.0%} "
             f"| {r['p50_e2e_s']:.2f} | {r['p95_e2e_s']:.2f} | {r['p99_e2e_s']:.2f} |"
         )
     return "\n".join(lines)

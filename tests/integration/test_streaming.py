@@ -17,7 +17,6 @@ from helpers import (
     metric_values,
     scrape,
 )
-
 from specbatch_client import GenerationOptions, SpecbatchClient
 
 pytestmark = pytest.mark.integration
@@ -155,7 +154,7 @@ def test_a_queued_prompt_past_its_deadline_is_cancelled_without_running(server):
             _, _, final, error = stream.next()
             assert error is None and not final, "both model instances should be busy"
         late.send("late", stream_inputs([INFOBENCH_PROMPT], 8), timeout_us=300_000)
-        _, outputs, final, error = late.next(timeout_s=60)
+        _, _, final, error = late.next(timeout_s=60)
     finally:
         late.close()
         for stream in busy:
