@@ -23,7 +23,7 @@ RUN pip install "transformers>=4.51" "safetensors>=0.4" "tokenizers>=0.21" "trit
 USER triton-server
 EXPOSE 8000 8001 8002
 HEALTHCHECK --interval=30s --timeout=5s --start-period=600s --retries=3 \
-    CMD curl -fsS localhost:8000/v2/health/ready || exit 1
+    CMD python3 -c "import urllib.request; urllib.request.urlopen('http://localhost:8000/v2/health/ready', timeout=4)"
 
 CMD ["tritonserver", \
      "--model-repository=/opt/specbatch/model_repository", \

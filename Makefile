@@ -30,10 +30,16 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# PROFILE=loadtest/profiles/<name>.yaml; HOST=h:8000 GRPC_HOST=h:8001 test a running server instead.
+loadtest: setup
+	$(BIN)/python -m specbatch.loadtest --profile $(PROFILE) --out results/loadtest/$(basename $(notdir $(PROFILE))) \
+		$(if $(HOST),--host $(HOST)) $(if $(GRPC_HOST),--grpc-host $(GRPC_HOST))
+
 bench: setup
 	$(BIN)/python scripts/bench_specdec.py --quick --out results/bench_specdec.json
 	$(BIN)/python scripts/bench_routing.py --out results/bench_routing.json
-	$(BIN)/python -m specbatch.scheduling.simulate all --quick --out results/scheduling
+	$(BIN)/python -m specbatch.scheduling.simulate all --out results/scheduling
+	$(BIN)/python scripts/bench_policies.py --out results/bench_policies.json
 
 clean:
 	rm -rf $(VENV) .models results .pytest_cache

@@ -105,9 +105,9 @@ def request_inputs(grpcclient, setup: Setup, arrival: Arrival) -> tuple[str, lis
             tensor("max_tokens", np.array([[arrival.max_tokens]], dtype=np.int32), "INT32"),
         ]
     return "specbatch", [
-        tensor("text_input", np.array([arrival.prompt.encode()], dtype=np.object_), "BYTES"),
-        tensor("max_tokens", np.array([arrival.max_tokens], dtype=np.int32), "INT32"),
-        tensor("task_override", np.array([b"infobench"], dtype=np.object_), "BYTES"),
+        tensor("text_input", np.array([[arrival.prompt.encode()]], dtype=np.object_), "BYTES"),
+        tensor("max_tokens", np.array([[arrival.max_tokens]], dtype=np.int32), "INT32"),
+        tensor("task_override", np.array([[b"infobench"]], dtype=np.object_), "BYTES"),
     ]
 
 

@@ -126,7 +126,7 @@ class SpecbatchClient:
         import tritonclient.grpc as grpcclient
 
         inputs = [
-            _grpc_input(grpcclient, "text_input", np.array([p.encode() for p in prompts], dtype=np.object_))
+            _grpc_input(grpcclient, "text_input", np.array([[p.encode() for p in prompts]], dtype=np.object_))
         ]
         scalars = {
             "max_tokens": (options.max_tokens, np.int32),
@@ -136,13 +136,13 @@ class SpecbatchClient:
         }
         for name, (value, dtype) in scalars.items():
             if value is not None:
-                inputs.append(_grpc_input(grpcclient, name, np.array([value], dtype=dtype)))
+                inputs.append(_grpc_input(grpcclient, name, np.array([[value]], dtype=dtype)))
         if options.task is not None:
             inputs.append(
                 _grpc_input(
                     grpcclient,
                     "task_override",
-                    np.array([options.task.encode()] * len(prompts), dtype=np.object_),
+                    np.array([[options.task.encode()] * len(prompts)], dtype=np.object_),
                 )
             )
         responses: queue.Queue = queue.Queue()

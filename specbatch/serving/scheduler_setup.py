@@ -54,7 +54,7 @@ def build_policy(settings: ModelSettings, workers: list[str]) -> SchedulingPolic
         fixed_batch_size=fixed or None,
         dynamic=not fixed,
         b_min=1,
-        b_max=settings.integer("max_batch_size", 16),
+        b_max=settings.integer("batch_size_max", 16),
         eps_mem=settings.number("eps_mem", 0.05),
         d_sla_s=sla_ms / 1000.0 if sla_ms > 0 else None,
         boundary_min_samples=settings.integer("boundary_min_samples", 50),

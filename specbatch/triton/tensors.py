@@ -31,8 +31,11 @@ def arrays_of(request, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def response(arrays: Mapping[str, np.ndarray]) -> pb_utils.InferenceResponse:
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in arrays.items()])
+def response(arrays: Mapping[str, np.ndarray], batched: bool = False) -> pb_utils.InferenceResponse:
+    """A response of these outputs; `batched` adds the batch dimension of a max_batch_size > 0 model."""
+    return pb_utils.InferenceResponse(
+        output_tensors=[pb_utils.Tensor(k, v.reshape(1, -1) if batched else v) for k, v in arrays.items()]
+    )
 
 
 def error_response(message: str, cancelled: bool = False) -> pb_utils.InferenceResponse:
@@ -52,9 +55,12 @@ def response_arrays(inference_response, names: tuple[str, ...]) -> dict[str, np.
     return arrays
 
 
-def bls_request(model_name: str, arrays: Mapping[str, np.ndarray], outputs: tuple[str, ...]):
+def bls_request(
+    model_name: str, arrays: Mapping[str, np.ndarray], outputs: tuple[str, ...], batched: bool = False
+):
+    """A BLS request; `batched` adds the batch dimension a max_batch_size > 0 model expects."""
     return pb_utils.InferenceRequest(
         model_name=model_name,
         requested_output_names=list(outputs),
-        inputs=[pb_utils.Tensor(k, v) for k, v in arrays.items()],
+        inputs=[pb_utils.Tensor(k, v.reshape(1, -1) if batched else v) for k, v in arrays.items()],
     )

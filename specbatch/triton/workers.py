@@ -2,15 +2,18 @@
 
 qwen3_specdec is decoupled: for a batch it streams zero or more delta responses (text
 of streaming rows, by row) and then one response with every row's outcome and the
-instance's measurements. The backend's response iterator blocks while it waits, so it
-is advanced on a worker thread and the dispatcher's loop stays free for other batches.
+instance's measurements. The backend's response iterator blocks while it waits, so a
+daemon thread drains it into an asyncio queue: the dispatcher's loop stays free for
+other batches, and a reply that never comes (the server shutting down) cannot keep the
+stub process from exiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
 
@@ -43,6 +46,27 @@ WORKER_OUTPUTS = (
 )
 
 
+async def _drain(replies) -> AsyncIterator:
+    """Yield a blocking response iterator's items without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    def pump() -> None:
+        try:
+            for reply in replies:
+                loop.call_soon_threadsafe(queue.put_nowait, reply)
+            loop.call_soon_threadsafe(queue.put_nowait, done)
+        except Exception as exc:
+            loop.call_soon_threadsafe(queue.put_nowait, exc)
+
+    threading.Thread(target=pump, name="specbatch-bls-replies", daemon=True).start()
+    while (item := await queue.get()) is not done:
+        if isinstance(item, Exception):
+            raise item
+        yield item
+
+
 def work_items(jobs: Sequence[PromptJob]) -> list[WorkItem]:
     return [
         WorkItem(
@@ -72,8 +96,7 @@ class BlsWorkerBackend:
         mode = "score" if kind == SCORE else self._generation_mode
         request = bls_request(self._worker_model, work_arrays(mode, work_items(jobs)), WORKER_OUTPUTS)
         result = None
-        replies = await request.async_exec(decoupled=True)
-        while (reply := await asyncio.to_thread(next, replies, None)) is not None:
+        async for reply in _drain(await request.async_exec(decoupled=True)):
             arrays = response_arrays(reply, WORKER_OUTPUTS)
             if "delta_row" in arrays:
                 on_deltas(worker_deltas_from_arrays(arrays))
@@ -100,7 +123,7 @@ class BlsWorkerBackend:
 
     async def _send_observation(self, arrays) -> None:
         try:
-            reply = await bls_request(self._router_model, arrays, ("routed_task",)).async_exec()
+            reply = await bls_request(self._router_model, arrays, ("routed_task",), batched=True).async_exec()
             response_arrays(reply, ("routed_task",))
         except Exception:
             logger.warning("could not report observed lengths to %s", self._router_model, exc_info=True)

@@ -45,7 +45,7 @@ def metric_values(text: str, name: str) -> dict[str, float]:
 
 
 def grpc_generate(url: str, inputs: dict, timeout_s: float = 300.0) -> tuple[dict, str | None]:
-    """One request on the gRPC stream with arbitrary numpy inputs: (outputs, error message or None)."""
+    """One request on the gRPC stream (flat inputs, sent as one batch entry): (outputs, error or None)."""
     import queue
 
     import numpy as np
@@ -53,7 +53,8 @@ def grpc_generate(url: str, inputs: dict, timeout_s: float = 300.0) -> tuple[dic
     from tritonclient.utils import np_to_triton_dtype
 
     tensors = []
-    for name, array in inputs.items():
+    for name, flat in inputs.items():
+        array = flat.reshape(1, -1)
         datatype = "BYTES" if array.dtype == np.object_ else np_to_triton_dtype(array.dtype)
         tensor = grpcclient.InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array)
@@ -96,7 +97,8 @@ class GrpcStream:
         from tritonclient.utils import np_to_triton_dtype
 
         tensors = []
-        for name, array in inputs.items():
+        for name, flat in inputs.items():
+            array = flat.reshape(1, -1)
             datatype = "BYTES" if array.dtype == np.object_ else np_to_triton_dtype(array.dtype)
             tensor = self._grpcclient.InferInput(name, list(array.shape), datatype)
             tensor.set_data_from_numpy(array)

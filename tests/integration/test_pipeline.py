@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -70,17 +71,28 @@ def test_greedy_output_through_the_server_equals_engine_target_only(server, tiny
     assert all(a.total_draft_tokens > 0 for a in answers)
 
 
+def router_counts(server) -> tuple[int, int]:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/router/stats") as reply:
+        stats = json.load(reply)["model_stats"][0]
+    return stats["inference_count"], stats["execution_count"]
+
+
 def test_concurrent_load_is_batched_over_both_instances(server):
     client = client_for(server, "http")
     before = scrape(server.metrics_url)
+    inferences_before, executions_before = router_counts(server)
     prompts = [
         f"Instruction: Give tip number {i} for sleeping well.\nQuestion: \nGeneration:" for i in range(24)
     ]
     with ThreadPoolExecutor(max_workers=24) as pool:
         answers = list(pool.map(lambda p: client.generate(p, GenerationOptions(max_tokens=16))[0], prompts))
     after = scrape(server.metrics_url)
+    inferences_after, executions_after = router_counts(server)
 
     assert all(a.error == "" and a.num_output_tokens > 0 for a in answers)
+    assert executions_after - executions_before < inferences_after - inferences_before, (
+        "Triton's dynamic batcher never gave the router more than one request at a time"
+    )
 
     def delta(name: str, label: str) -> float:
         return sum(v for k, v in metric_values(after, name).items() if label in k) - sum(
@@ -172,3 +184,14 @@ def test_metrics_endpoint_publishes_the_custom_families(server):
         assert metric_values(text, family), family
     with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready") as reply:
         assert reply.status == 200
+
+
+def test_ambiguous_prompts_are_routed_by_the_draft_model(server):
+    before = sum(metric_values(scrape(server.metrics_url), "specbatch_router_fallbacks_total").values())
+    [answer] = client_for(server, "http").generate(
+        "Rank these:\nA. speed\nB. cost", GenerationOptions(max_tokens=4)
+    )
+    after = sum(metric_values(scrape(server.metrics_url), "specbatch_router_fallbacks_total").values())
+    assert after == before + 1
+    assert answer.task in ("graph", "mmlu", "infobench")
+    assert answer.error == "" or answer.task == "graph"

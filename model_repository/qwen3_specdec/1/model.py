@@ -82,7 +82,7 @@ class TritonPythonModel:
             return
         for row, sender in enumerate(senders):
             arrays = worker_result_arrays(result.rows(row, row + 1))
-            sender.send(response({name: array.reshape(1, -1) for name, array in arrays.items()}), flags=FINAL)
+            sender.send(response(arrays, batched=True), flags=FINAL)
         self._publish(mode, result)
 
     def _serve(self, request, sender):

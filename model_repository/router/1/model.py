@@ -1,4 +1,4 @@
-"""router: each prompt's task and predicted output length (CPU, stateless per request).
+"""router: each prompt's task and predicted output length (CPU, Triton dynamic batching).
 
 Structure decides; the draft model, through BLS on qwen3_specdec, is asked only
 about prompts that stay ambiguous. Requests carrying `observed_tokens` are the
@@ -51,6 +51,7 @@ class TritonPythonModel:
         raise RuntimeError(f"{self.fallback_model} gave no answer to the routing fallback")
 
     def execute(self, requests):
+        """Every request Triton's dynamic batcher gathered, each answered on its own."""
         return [self._serve(request) for request in requests]
 
     def _observe(self, request, prompts, observed):
@@ -61,7 +62,8 @@ class TritonPythonModel:
                 "routed_task": tasks,
                 "predicted_tokens": observed.astype(np.int32),
                 "route_error": strings([""] * len(prompts)),
-            }
+            },
+            batched=True,
         )
 
     def _serve(self, request):
@@ -83,5 +85,6 @@ class TritonPythonModel:
                 "routed_task": strings([r.task for r in routes]),
                 "predicted_tokens": np.array([r.predicted_tokens for r in routes], dtype=np.int32),
                 "route_error": strings([r.error for r in routes]),
-            }
+            },
+            batched=True,
         )

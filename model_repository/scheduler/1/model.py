@@ -85,21 +85,32 @@ class TritonPythonModel:
                 self.dispatcher.cancel(key)
 
     def execute(self, requests):
+        """Read each request's tensors and hand it to the dispatcher's loop, which answers it.
+
+        Only tensor reading happens on this thread; admission, responses, metrics and
+        cancellation checks all run on the loop's thread.
+        """
         for request in requests:
             sender = request.get_response_sender()
             try:
                 routed = self._routed(request)
-                reply = _Reply(self, sender, len(routed.prompts), routed.stream)
-                jobs = self.intake.admit(routed, reply.complete, reply.delta if routed.stream else None)
             except ValueError as exc:
                 sender.send(error_response(str(exc)), flags=FINAL)
                 continue
-            if jobs:
-                self.loop.call_soon_threadsafe(self._submit, jobs, request, reply)
+            self.loop.call_soon_threadsafe(self._admit, routed, request, sender)
         return None
 
-    def _submit(self, jobs, request, reply):
-        self.pending.add(jobs[0].key[0], [job.key for job in jobs], request.is_cancelled, lambda: reply.done)
+    def _admit(self, routed, request, sender):
+        reply = _Reply(self, sender, len(routed.prompts), routed.stream)
+        try:
+            jobs = self.intake.admit(routed, reply.complete, reply.delta if routed.stream else None)
+        except ValueError as exc:
+            sender.send(error_response(str(exc)), flags=FINAL)
+            return
+        if jobs:
+            self.pending.add(
+                jobs[0].key[0], [job.key for job in jobs], request.is_cancelled, lambda: reply.done
+            )
         for job in jobs:
             self.dispatcher.submit(job)
 
@@ -216,7 +227,7 @@ class _Reply:
 
     def delta(self, index, task, text):
         try:
-            self.sender.send(response(delta_arrays(index, task, text)))
+            self.sender.send(response(delta_arrays(index, task, text), batched=True))
         except Exception:
             logger.warning("sending a stream delta failed (client gone?)", exc_info=True)
 
@@ -229,6 +240,8 @@ class _Reply:
             elif self.count == 1 and outcomes[0].error:
                 self.sender.send(error_response(outcomes[0].error), flags=FINAL)
             else:
-                self.sender.send(response(outcome_arrays(outcomes, with_text=not self.stream)), flags=FINAL)
+                self.sender.send(
+                    response(outcome_arrays(outcomes, with_text=not self.stream), batched=True), flags=FINAL
+                )
         except Exception:
             logger.exception("sending a response failed (client gone?)")

@@ -1,0 +1,55 @@
+"""The router stage: per-prompt routes and errors, the draft fallback, observed lengths."""
+
+from specbatch.routing import LengthPredictor
+from specbatch.serving.fallback import draft_fallback, parse_task
+from specbatch.serving.router import PromptRouter
+
+GRAPH = (
+    "You are given a directed graph with 2 nodes (numbered 0 to 1) and the following edges:\n"
+    "Edges (source -> target, weight):\n0 -> 1, weight: 4\n"
+    "Find the top 1 shortest path(s) from node 0 to node 1.\nCall submit_paths(paths=[[...]], weights=[...])."
+)
+MMLU = "Question:\nWhich organ produces insulin?\n\nChoices:\nA. Liver\nB. Pancreas\nC. Kidney"
+AMBIGUOUS = "Rank these:\nA. speed\nB. cost"
+
+
+def test_routes_each_prompt_and_keeps_errors_in_place():
+    routes = PromptRouter().route([GRAPH, MMLU, b"", b"\xff", "Write a poem about rain."], None)
+    assert [r.task for r in routes] == ["graph", "mmlu", "", "", "infobench"]
+    assert [bool(r.error) for r in routes] == [False, False, True, True, False]
+    assert all(r.predicted_tokens > 0 for r in routes if not r.error)
+
+
+def test_overrides_win_and_unknown_overrides_fail_alone():
+    routes = PromptRouter().route([MMLU, MMLU, MMLU], [b"infobench", b"", b"poetry"])
+    assert [r.task for r in routes] == ["infobench", "mmlu", ""]
+    assert "unknown task override" in routes[2].error
+
+
+def test_draft_fallback_decides_only_the_ambiguous():
+    asked: list[str] = []
+
+    def draft(prompt: str) -> str:
+        asked.append(prompt)
+        return " mmlu, because it lists options"
+
+    router = PromptRouter(fallback=draft_fallback(draft))
+    routes = router.route([AMBIGUOUS, GRAPH])
+    assert [r.task for r in routes] == ["mmlu", "graph"]
+    assert len(asked) == 1 and AMBIGUOUS in asked[0]
+
+
+def test_parse_task_reads_the_first_task_word():
+    assert parse_task("Graph.") == "graph"
+    assert parse_task("it is infobench or mmlu") == "infobench"
+    assert parse_task("no idea") is None
+
+
+def test_observed_lengths_move_the_prediction():
+    predictor = LengthPredictor()
+    router = PromptRouter(predictor)
+    prompt = "Write a detailed essay about the history of medicine."
+    before = router.route([prompt])[0].predicted_tokens
+    for _ in range(50):
+        router.observe([prompt], ["infobench"], [before * 4])
+    assert router.route([prompt])[0].predicted_tokens > before
