@@ -82,7 +82,11 @@ class Engine:
     def __init__(self, pair: ModelPair, lookahead: int | None = None) -> None:
         self.pair = pair
         self.lookahead = Lookahead(fixed=lookahead)
+        # Decode seconds of the last generate() per token of its longest row: the per-token
+        # latency a request of that batch saw (the scheduler's SLA feedback).
         self.last_step_seconds_per_token = 0.0
+        # Optional instrumentation: called with (model name, request indices, tokens,
+        # positions, real-token mask) before every forward pass.
         self.feed_observer: FeedObserver | None = None
         self._kv_tokens_held = 0
         self._lock = threading.Lock()

@@ -46,21 +46,18 @@ class ModelSettings:
         return value
 
     def integer(self, key: str, default: int | None = None) -> int:
-        value = self.raw(key, None if default is None else str(default))
-        try:
-            return int(value)
-        except ValueError:
-            raise ConfigError(
-                f"model '{self._name}': parameter '{key}' must be an integer, got {value!r}"
-            ) from None
+        return self._typed(key, default, int, "an integer")
 
     def number(self, key: str, default: float | None = None) -> float:
+        return self._typed(key, default, float, "a number")
+
+    def _typed(self, key: str, default, cast, kind: str):
         value = self.raw(key, None if default is None else str(default))
         try:
-            return float(value)
+            return cast(value)
         except ValueError:
             raise ConfigError(
-                f"model '{self._name}': parameter '{key}' must be a number, got {value!r}"
+                f"model '{self._name}': parameter '{key}' must be {kind}, got {value!r}"
             ) from None
 
     def model_path(self, key: str) -> str:
