@@ -1,0 +1,97 @@
+"""Multiple-choice scoring: which label does the target find most likely after a prompt?
+
+One prefill per batch and no decoding: when every label is a single token, the
+prompts alone are fed and each label is read off the last position's
+log-probabilities; otherwise every (prompt, label) pair is one row of the same
+single forward pass and a label scores the sum of its tokens' log-probabilities.
+The prompt must already end with the answer cue (e.g. ``Answer:``); labels are
+scored exactly as given, so pass the form that follows the cue (``" A"`` or ``"A"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from specbatch.decoding.requests import InvalidRequestError
+
+if TYPE_CHECKING:
+    from specbatch.decoding.pair import ModelPair
+
+
+@dataclass
+class ChoiceScores:
+    best: str
+    logprobs: dict[str, float]
+
+
+def _encode(pair: ModelPair, text: str) -> list[int]:
+    return pair.tokenizer.encode(text, add_special_tokens=False)
+
+
+def score_choices(
+    pair: ModelPair, prompts: Sequence[str], labels: Sequence[Sequence[str]]
+) -> list[ChoiceScores]:
+    if len(prompts) != len(labels):
+        raise InvalidRequestError(f"{len(prompts)} prompts but {len(labels)} label lists")
+    if not prompts:
+        return []
+    prompt_ids = [_encode(pair, p) for p in prompts]
+    label_ids = [[_encode(pair, label) for label in row] for row in labels]
+    for index, (ids, row, row_ids) in enumerate(zip(prompt_ids, labels, label_ids, strict=True)):
+        if not ids:
+            raise InvalidRequestError(f"prompt {index} is empty")
+        if not row:
+            raise InvalidRequestError(f"prompt {index} has no labels to score")
+        if any(not t for t in row_ids):
+            raise InvalidRequestError(f"prompt {index} has an empty label")
+        if len(set(row)) != len(row):
+            raise InvalidRequestError(f"prompt {index} has duplicate labels")
+        longest = len(ids) + max(len(t) for t in row_ids)
+        if longest > pair.max_context:
+            raise InvalidRequestError(f"prompt {index} ({longest} tokens with its label) exceeds the context")
+    if all(len(t) == 1 for row_ids in label_ids for t in row_ids):
+        rows = prompt_ids
+        logprob_rows = _forward_logprobs(pair, rows, [[len(ids) - 1] for ids in rows])
+        scores = [
+            {label: float(lp[0, t[0]]) for label, t in zip(row, row_ids, strict=True)}
+            for lp, row, row_ids in zip(logprob_rows, labels, label_ids, strict=True)
+        ]
+    else:
+        rows, reads, owners = [], [], []
+        for index, (ids, row_ids) in enumerate(zip(prompt_ids, label_ids, strict=True)):
+            for t in row_ids:
+                rows.append(ids + t)
+                reads.append(list(range(len(ids) - 1, len(ids) - 1 + len(t))))
+                owners.append((index, t))
+        logprob_rows = _forward_logprobs(pair, rows, reads)
+        sums = [
+            float(lp.gather(-1, torch.tensor(t).unsqueeze(-1)).sum())
+            for lp, (_, t) in zip(logprob_rows, owners, strict=True)
+        ]
+        scores = [{} for _ in prompts]
+        position = 0
+        for index, row in enumerate(labels):
+            for label in row:
+                scores[index][label] = sums[position]
+                position += 1
+    return [ChoiceScores(best=max(s, key=lambda label: s[label]), logprobs=s) for s in scores]
+
+
+def _forward_logprobs(pair: ModelPair, rows: list[list[int]], reads: list[list[int]]) -> list[torch.Tensor]:
+    """One batched forward; per row, log-softmax at the positions in ``reads`` (on CPU)."""
+    device = pair.device
+    width = max(len(r) for r in rows)
+    tokens = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+    positions = torch.arange(width, device=device).expand(len(rows), width)
+    read_width = max(len(r) for r in reads)
+    logits_at = torch.tensor(
+        [r + [r[-1]] * (read_width - len(r)) for r in reads], dtype=torch.long, device=device
+    )
+    cache = pair.target.new_cache(len(rows), width)
+    logits = pair.target(tokens, positions, cache, logits_at)
+    logprobs = torch.log_softmax(logits[..., : pair.vocab_size].float(), dim=-1).cpu()
+    return [lp[: len(r)] for lp, r in zip(logprobs, reads, strict=True)]

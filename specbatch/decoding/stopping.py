@@ -1,0 +1,67 @@
+"""Per-row stopping: end-of-sequence tokens, stop strings and the token budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RowOutput:
+    """The tokens a row has produced so far and, once finished, why and with what text."""
+
+    max_new_tokens: int
+    stop: Sequence[str]
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    text: str | None = None
+
+
+class StopRules:
+    """Applies EOS, stop strings and max_new_tokens to each step's new tokens.
+
+    A stop string ends the row at the first token whose text completes it; the
+    returned text stops right before the stop string."""
+
+    def __init__(self, eos_token_ids: set[int], decode: Callable[[list[int]], str]) -> None:
+        self.eos_token_ids = eos_token_ids
+        self.decode = decode
+
+    def extend(self, row: RowOutput, new_tokens: Sequence[int]) -> list[int]:
+        """Append what the row keeps of ``new_tokens``; return the kept tokens."""
+        start = len(row.tokens)
+        for token in new_tokens:
+            row.tokens.append(token)
+            if token in self.eos_token_ids:
+                row.finish_reason = "stop"
+                break
+            if len(row.tokens) >= row.max_new_tokens:
+                row.finish_reason = "length"
+                break
+        if row.stop:
+            self._apply_stop_strings(row, start)
+        return row.tokens[start:]
+
+    def _apply_stop_strings(self, row: RowOutput, start: int) -> None:
+        if _first_stop(self.decode(row.tokens), row.stop) is None:
+            return
+        for end in range(start + 1, len(row.tokens) + 1):
+            text = self.decode(row.tokens[:end])
+            cut = _first_stop(text, row.stop)
+            if cut is not None:
+                del row.tokens[end:]
+                row.finish_reason = "stop"
+                row.text = text[:cut]
+                return
+
+    def finish(self, row: RowOutput, reason: str | None = None) -> None:
+        """Settle the row's text (and reason, e.g. "cancelled") once it leaves the batch."""
+        if reason is not None and row.finish_reason is None:
+            row.finish_reason = reason
+        if row.text is None:
+            row.text = self.decode(row.tokens)
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    found = [index for index in (text.find(s) for s in stops) if index >= 0]
+    return min(found) if found else None

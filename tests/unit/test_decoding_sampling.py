@@ -1,0 +1,179 @@
+"""Speculative sampling must sample exactly the target's (filtered) distribution."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from decoding_fixtures import letters_tokenizer, make_pair
+from scipy.stats import chisquare
+
+from specbatch.decoding import Engine, GenerationRequest
+from specbatch.decoding.sampling import SamplingParams, probabilities, sample
+from specbatch.decoding.speculative import verify
+from specbatch.decoding.tiny import PairSpec
+
+VOCAB = 8
+ENUMERABLE_SPEC = PairSpec(
+    hidden_size=32,
+    intermediate_size=64,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    draft_layers=1,
+    extra_target_layers=1,
+    max_position_embeddings=64,
+)
+PROMPT = [3, 5, 4]
+
+
+def _reference_filter(logits: torch.Tensor, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
+    """Textbook temperature / top-k / top-p on one row of logits."""
+    probs = torch.softmax(logits.double() / temperature, -1)
+    if top_k:
+        kth = torch.sort(logits.double() / temperature, descending=True).values[top_k - 1]
+        probs = torch.where(logits.double() / temperature >= kth, probs, 0.0)
+        probs = probs / probs.sum()
+    if top_p < 1:
+        order = torch.argsort(probs, descending=True).tolist()
+        kept, mass = [], 0.0
+        for token in order:
+            if mass >= top_p:
+                break
+            kept.append(token)
+            mass += float(probs[token])
+        mask = torch.zeros_like(probs, dtype=torch.bool)
+        mask[kept] = True
+        probs = torch.where(mask, probs, 0.0)
+        probs = probs / probs.sum()
+    return probs
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_p", "top_k"), [(1.0, 1.0, 0), (0.7, 0.8, 0), (1.3, 1.0, 3), (0.9, 0.6, 5)]
+)
+def test_probabilities_apply_temperature_top_k_and_top_p(
+    temperature: float, top_p: float, top_k: int
+) -> None:
+    logits = torch.randn(3, 2, 50, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 3
+    params = SamplingParams.from_lists([temperature] * 3, [top_p] * 3, [top_k] * 3, torch.device("cpu"))
+    ours = probabilities(logits, params)
+    for b, m in itertools.product(range(3), range(2)):
+        torch.testing.assert_close(ours[b, m], _reference_filter(logits[b, m], temperature, top_p, top_k))
+
+
+def test_greedy_rows_are_one_hot_at_the_argmax_beside_sampled_rows() -> None:
+    logits = torch.randn(2, 1, 20, generator=torch.Generator().manual_seed(2))
+    params = SamplingParams.from_lists([0.0, 1.0], [0.5, 1.0], [3, 0], torch.device("cpu"))
+    probs = probabilities(logits, params)
+    assert probs[0, 0].tolist() == torch.nn.functional.one_hot(logits[0, 0].argmax(), 20).float().tolist()
+    torch.testing.assert_close(probs[1, 0], torch.softmax(logits[1, 0], -1))
+
+
+def test_inverse_cdf_sampling_never_picks_a_zero_probability_token() -> None:
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]] * 5)
+    picked = sample(probs, torch.tensor([0.0, 0.25, 0.4999, 0.5, 0.9999999], dtype=torch.float64))
+    assert picked.tolist() == [1, 1, 1, 3, 3]
+
+
+def test_verify_accepts_with_probability_min_one_p_over_q_and_resamples_the_residual() -> None:
+    p = torch.tensor([0.1, 0.6, 0.3], dtype=torch.float64)
+    q = torch.tensor([0.5, 0.2, 0.3], dtype=torch.float64)
+    grid = 10_000
+    uniforms = (torch.arange(grid, dtype=torch.float64) + 0.5) / grid
+    draft_tokens = torch.zeros(grid, 1, dtype=torch.long)  # token 0: p/q = 0.2
+    verdict = verify(
+        draft_tokens,
+        q.expand(grid, 1, 3),
+        torch.stack([p, p]).expand(grid, 2, 3),
+        uniforms.unsqueeze(1),
+        uniforms.flip(0),
+    )
+    assert verdict.accepted.double().mean().item() == pytest.approx(0.2, abs=1e-3)
+    rejected = verdict.accepted == 0
+    residual = (p - q).clamp_min(0)
+    residual = residual / residual.sum()  # [0, 1, 0]: only token 1 has p > q
+    counts = torch.bincount(verdict.next_token[rejected], minlength=3).double() / int(rejected.sum())
+    torch.testing.assert_close(counts, residual)
+
+
+def test_verify_takes_the_bonus_token_from_the_last_target_distribution() -> None:
+    p = torch.tensor([[0.2, 0.8, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    q = torch.tensor([[0.1, 0.9, 0.0]], dtype=torch.float64)
+    verdict = verify(
+        torch.tensor([[0]]), q.unsqueeze(0), p.unsqueeze(0), torch.tensor([[0.5]]), torch.tensor([0.3])
+    )
+    assert verdict.accepted.tolist() == [1]
+    assert verdict.next_token.tolist() == [2]
+
+
+def _exact_joint(pair, temperature: float, top_p: float, top_k: int) -> dict[tuple[int, int], float]:
+    """P(first two tokens) under the target, straight from the Hugging Face model."""
+    params = SamplingParams.from_lists([temperature], [top_p], [top_k], torch.device("cpu"))
+    with torch.no_grad():
+        first = probabilities(pair.hf_target(torch.tensor([PROMPT])).logits[:, -1:], params)[0, 0]
+        contexts = torch.tensor([[*PROMPT, t] for t in range(VOCAB)])
+        second = probabilities(
+            pair.hf_target(contexts).logits[:, -1:], params.keep_rows(torch.zeros(VOCAB, dtype=torch.long))
+        )
+    return {(a, b): float(first[a] * second[a, 0, b]) for a in range(VOCAB) for b in range(VOCAB)}
+
+
+def _flat_pair():
+    """An unrelated pair over 8 ids with logits scaled down, so that many two-token
+    outcomes are likely and a wrong residual or a missing bonus token shows."""
+    pair = make_pair("unrelated", tokenizer=letters_tokenizer(VOCAB), spec=ENUMERABLE_SPEC)
+    with torch.no_grad():
+        pair.hf_target.lm_head.weight.mul_(0.4)
+        pair.hf_draft.lm_head.weight.mul_(0.4)
+    return pair
+
+
+@pytest.mark.parametrize("lookahead", [1, 3])
+@pytest.mark.parametrize(("temperature", "top_p", "top_k"), [(1.0, 1.0, 0), (1.2, 0.9, 5)])
+def test_first_two_tokens_follow_the_target_distribution(
+    lookahead: int, temperature: float, top_p: float, top_k: int
+) -> None:
+    pair = _flat_pair()
+    samples = 6000
+    torch.manual_seed(0)  # unseeded rows draw from a generator seeded by torch's global one
+    requests = [
+        GenerationRequest(PROMPT, max_new_tokens=4, temperature=temperature, top_p=top_p, top_k=top_k)
+        for _ in range(samples)
+    ]
+    results = Engine(pair, lookahead=lookahead).generate(requests, mode="speculative")
+    assert (
+        sum(r.total_accepted_draft_tokens for r in results) / sum(r.total_draft_tokens for r in results)
+        > 0.05
+    )
+    exact = _exact_joint(pair, temperature, top_p, top_k)
+    observed = dict.fromkeys(exact, 0)
+    for result in results:
+        observed[tuple(result.tokens[:2])] += 1
+    # pool the rare outcomes so every chi-square cell expects at least 5 samples
+    common = [cell for cell, prob in exact.items() if prob * samples >= 5]
+    assert len(common) >= 12, "the distribution is too peaked for the test to have power"
+    rare = [cell for cell in exact if cell not in common and exact[cell] > 0]
+    observed_counts = [observed[c] for c in common]
+    expected_counts = [exact[c] * samples for c in common]
+    if rare:
+        observed_counts.append(sum(observed[c] for c in rare))
+        expected_counts.append(sum(exact[c] for c in rare) * samples)
+    assert sum(observed[c] for c in exact if exact[c] == 0) == 0, "sampled a token the filters exclude"
+    assert sum(observed_counts) == samples
+    assert chisquare(observed_counts, expected_counts).pvalue > 1e-3
+
+
+def test_seeded_rows_reproduce_in_any_batch() -> None:
+    pair = make_pair("controlled", epsilon=0.5)
+    engine = Engine(pair, lookahead=3)
+    request = GenerationRequest([5, 9, 11, 40], max_new_tokens=12, temperature=0.9, top_p=0.95, seed=77)
+    alone = engine.generate([request], mode="speculative")[0].tokens
+    company = [GenerationRequest([7, 8], max_new_tokens=5, temperature=1.0, seed=s) for s in range(3)]
+    batched = engine.generate([*company, request], mode="speculative")[-1].tokens
+    assert alone == batched
+    assert (
+        engine.generate([request], mode="target_only")[0].tokens
+        == engine.generate([request], mode="target_only")[0].tokens
+    )
