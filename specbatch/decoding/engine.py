@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 MODES = ("speculative", "target_only", "draft_only")
 
 StepObserver = Callable[[dict[int, list[int]]], None]
+FinishObserver = Callable[[int, GenerationResult], None]
 FeedObserver = Callable[[str, list[int], torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
@@ -146,13 +147,15 @@ class Engine:
         mode: str = "speculative",
         on_step: StepObserver | None = None,
         is_cancelled: Callable[[int], bool] | None = None,
+        on_finished: FinishObserver | None = None,
     ) -> list[GenerationResult]:
         """Decode every request as one batch; results come back in request order.
 
         ``on_step({i: ids, ...})`` is called once per step with every row's newly kept
         tokens (rows that kept none are absent), so a streaming server sends one
         message per step; ``is_cancelled(i)`` is asked between steps and drops the row
-        ("cancelled").
+        ("cancelled"); ``on_finished(i, result)`` hands over each row's result the step
+        it finishes, so a server can answer it without waiting for the longest row.
         """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
@@ -168,7 +171,7 @@ class Engine:
         if mode != "target_only" and draft is not None:
             models["draft"] = draft
         with self._lock, torch.inference_mode():
-            return self._generate(list(requests), prompts, models, on_step, is_cancelled)
+            return self._generate(list(requests), prompts, models, on_step, is_cancelled, on_finished)
 
     def _generate(
         self,
@@ -177,6 +180,7 @@ class Engine:
         models: dict[str, Qwen3Forward],
         on_step: StepObserver | None,
         is_cancelled: Callable[[int], bool] | None,
+        on_finished: FinishObserver | None,
     ) -> list[GenerationResult]:
         """``models``: target and draft for speculative decoding, one of them for plain."""
         device = self.pair.device
@@ -205,41 +209,47 @@ class Engine:
             caches={name: model.new_cache(len(requests), cache_length) for name, model in models.items()},
         )
         self._kv_tokens_held = len(requests) * cache_length
+
+        def result(i: int) -> GenerationResult:
+            out = outputs[i]
+            return GenerationResult(
+                tokens=list(out.tokens),
+                text=out.text or "",
+                finish_reason=out.finish_reason or "length",
+                num_input_tokens=len(prompts[i]),
+                num_output_tokens=len(out.tokens),
+                total_draft_tokens=drafted[i],
+                total_accepted_draft_tokens=accepted[i],
+            )
+
+        def finished(i: int) -> None:
+            if on_finished is not None:
+                on_finished(i, result(i))
+
         try:
             if speculative:
                 for cached_name, cached_model in models.items():
                     self._prefill(batch, prompts, cached_name, cached_model)
             else:
                 first = self._prefill_and_sample(batch, prompts, plain_name, plain_model)
-                self._commit(batch, outputs, first, on_step)
+                self._commit(batch, outputs, first, on_step, finished)
             decode_start = time.perf_counter()
             produced_at_decode_start = max(len(o.tokens) for o in outputs)
             while batch.request_index:
-                self._drop_cancelled(batch, outputs, is_cancelled)
+                self._drop_cancelled(batch, outputs, is_cancelled, finished)
                 if not batch.request_index:
                     break
                 if speculative:
                     new_tokens = self._speculative_step(batch, models, outputs, drafted, accepted)
                 else:
                     new_tokens = self._plain_step(batch, plain_name, plain_model)
-                self._commit(batch, outputs, new_tokens, on_step)
+                self._commit(batch, outputs, new_tokens, on_step, finished)
             decode_seconds = time.perf_counter() - decode_start
             decoded = max(len(o.tokens) for o in outputs) - produced_at_decode_start
             self.last_step_seconds_per_token = decode_seconds / max(1, decoded)
         finally:
             self._kv_tokens_held = 0
-        return [
-            GenerationResult(
-                tokens=list(out.tokens),
-                text=out.text or "",
-                finish_reason=out.finish_reason or "length",
-                num_input_tokens=len(prompt),
-                num_output_tokens=len(out.tokens),
-                total_draft_tokens=drafted[i],
-                total_accepted_draft_tokens=accepted[i],
-            )
-            for i, (out, prompt) in enumerate(zip(outputs, prompts, strict=True))
-        ]
+        return [result(i) for i in range(len(requests))]
 
     def _observe(
         self, name: str, batch: _Batch, tokens: torch.Tensor, positions: torch.Tensor, real: torch.Tensor
@@ -394,9 +404,11 @@ class Engine:
         outputs: list[RowOutput],
         new_tokens: list[list[int]],
         on_step: StepObserver | None,
+        finished: Callable[[int], None],
     ) -> None:
-        """Apply stop rules, stream, and drop the rows that finished."""
+        """Apply stop rules, stream, hand over and drop the rows that finished."""
         keep = []
+        done = []
         step: dict[int, list[int]] = {}
         for row, (index, tokens) in enumerate(zip(batch.request_index, new_tokens, strict=True)):
             out = outputs[index]
@@ -407,8 +419,11 @@ class Engine:
                 keep.append(row)
             else:
                 self._stop_rules.finish(out)
+                done.append(index)
         if on_step is not None and step:
             on_step(step)
+        for index in done:
+            finished(index)
         if len(keep) < len(batch.request_index):
             self._keep_rows(batch, keep)
 
@@ -418,7 +433,11 @@ class Engine:
         self._kv_tokens_held = len(rows) * batch.cache_length
 
     def _drop_cancelled(
-        self, batch: _Batch, outputs: list[RowOutput], is_cancelled: Callable[[int], bool] | None
+        self,
+        batch: _Batch,
+        outputs: list[RowOutput],
+        is_cancelled: Callable[[int], bool] | None,
+        finished: Callable[[int], None],
     ) -> None:
         if is_cancelled is None:
             return
@@ -426,6 +445,7 @@ class Engine:
         for row, index in enumerate(batch.request_index):
             if is_cancelled(index):
                 self._stop_rules.finish(outputs[index], "cancelled")
+                finished(index)
             else:
                 keep.append(row)
         if len(keep) < len(batch.request_index):

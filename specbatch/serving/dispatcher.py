@@ -65,15 +65,19 @@ class BatchResult:
 
 
 DeltaSink = Callable[[list[tuple[int, str]]], None]
+RowDone = Callable[[int, PromptOutcome, float], None]
 
 
 class WorkerBackend(Protocol):
     """Runs a batch on some model instance (BLS inside Triton, the engine in tests).
 
-    `on_deltas([(row, text), ...])` receives streamed text of the batch's rows.
+    `on_deltas([(row, text), ...])` receives streamed text of the batch's rows;
+    `on_row_done(row, outcome, first_token_s)` a row that finished before the batch did.
     """
 
-    async def run(self, kind: str, jobs: Sequence[PromptJob], on_deltas: DeltaSink) -> BatchResult: ...
+    async def run(
+        self, kind: str, jobs: Sequence[PromptJob], on_deltas: DeltaSink, on_row_done: RowDone
+    ) -> BatchResult: ...
 
 
 @dataclass
@@ -233,6 +237,8 @@ class Dispatcher:
         task.add_done_callback(self._running.discard)
 
     async def _run_batch(self, worker: str, kind: str, jobs: list[PromptJob], batch: Batch | None) -> None:
+        answered: set[int] = set()
+
         def on_deltas(deltas: list[tuple[int, str]]) -> None:
             now = self._clock()
             for row, text in deltas:
@@ -242,8 +248,12 @@ class Dispatcher:
                 if job.on_delta is not None:
                     job.on_delta(text)
 
+        def on_row_done(row: int, outcome: PromptOutcome, first_token_offset_s: float) -> None:
+            answered.add(row)
+            self._answer(jobs[row], outcome, first_token_offset_s)
+
         try:
-            result = await self._backend.run(kind, jobs, on_deltas)
+            result = await self._backend.run(kind, jobs, on_deltas, on_row_done)
             if len(result.outcomes) != len(jobs):
                 raise RuntimeError(f"worker answered {len(result.outcomes)} of {len(jobs)} prompts")
         except Exception as exc:
@@ -253,18 +263,24 @@ class Dispatcher:
             result = BatchResult([PromptOutcome.failed(message, task=j.prepared.task) for j in jobs])
         if batch is not None:
             self._report(worker, batch, result)
-        for row, (job, outcome) in enumerate(zip(jobs, result.outcomes, strict=True)):
-            self._running_jobs.pop(job.key, None)
-            if self._board is not None:
-                self._board.clear(job.row_id)
-            if job.first_token_s is None and row < len(result.first_token_s) and job.dispatched_s is not None:
-                job.first_token_s = job.dispatched_s + result.first_token_s[row]
-            try:
-                job.on_done(job.prepared.finish(outcome))
-            except Exception:
-                logger.exception("delivering the outcome of prompt %s failed", job.key)
+        offsets = result.first_token_s or [0.0] * len(jobs)
+        for row, (job, outcome, offset) in enumerate(zip(jobs, result.outcomes, offsets, strict=True)):
+            if row not in answered:
+                self._answer(job, outcome, offset)
         self._idle.append(worker)
         self._wake.set()
+
+    def _answer(self, job: PromptJob, outcome: PromptOutcome, first_token_offset_s: float) -> None:
+        """Deliver one prompt's outcome: it has left its batch, its cancellation marker goes."""
+        self._running_jobs.pop(job.key, None)
+        if self._board is not None:
+            self._board.clear(job.row_id)
+        if job.first_token_s is None and job.dispatched_s is not None and first_token_offset_s > 0:
+            job.first_token_s = job.dispatched_s + first_token_offset_s
+        try:
+            job.on_done(job.prepared.finish(outcome))
+        except Exception:
+            logger.exception("delivering the outcome of prompt %s failed", job.key)
 
     def _report(self, worker: str, batch: Batch, result: BatchResult) -> None:
         """Feed a measured batch back to the policy; a batch that measured nothing only frees the worker."""

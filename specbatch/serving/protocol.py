@@ -132,6 +132,19 @@ def worker_result_arrays(result: WorkerResult) -> dict[str, np.ndarray]:
     return arrays
 
 
+def worker_row_done_arrays(row: int, outcome: PromptOutcome, first_token_s: float) -> dict[str, np.ndarray]:
+    """qwen3_specdec's early answer for one finished row of a batch still running."""
+    arrays = worker_result_arrays(WorkerResult([outcome], 0.0, 0, [first_token_s]))
+    del arrays["seconds_per_token"], arrays["free_kv_tokens"]
+    arrays["done_row"] = np.array([row], dtype=np.int32)
+    return arrays
+
+
+def worker_row_done_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[int, PromptOutcome, float]:
+    [outcome] = outcomes_from_arrays(arrays)
+    return int(arrays["done_row"].reshape(-1)[0]), outcome, float(arrays["first_token_s"].reshape(-1)[0])
+
+
 def worker_delta_arrays(deltas: Sequence[tuple[int, str]]) -> dict[str, np.ndarray]:
     """qwen3_specdec's streaming response: one step's text deltas, by row."""
     return {

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specbatch.decoding import Engine, GenerationRequest
+from specbatch.decoding import Engine, GenerationRequest, GenerationResult
 from specbatch.serving.cancellation import CancelBoard
 from specbatch.serving.detokenize import IncrementalDetokenizer
 from specbatch.serving.outcomes import PromptOutcome
@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 MODES = ("speculative", "target_only", "draft_only", "score")
 
 DeltaSink = Callable[[list[tuple[int, str]]], None]
+RowDone = Callable[[int, PromptOutcome, float], None]
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,19 @@ class BatchWorker:
     def free_kv_tokens(self) -> int:
         return self._engine.free_kv_tokens(self._memory_budget_bytes)
 
-    def run(self, mode: str, items: Sequence[WorkItem], on_deltas: DeltaSink | None = None) -> WorkerResult:
-        """Serve one batch; `on_deltas([(row, text), ...])` is called once per step for streaming rows."""
+    def run(
+        self,
+        mode: str,
+        items: Sequence[WorkItem],
+        on_deltas: DeltaSink | None = None,
+        on_row_done: RowDone | None = None,
+    ) -> WorkerResult:
+        """Serve one batch.
+
+        `on_deltas([(row, text), ...])` is called once per step for streaming rows;
+        `on_row_done(row, outcome, first_token_s)` as soon as a generated row finishes,
+        after its last delta, so its answer need not wait for the batch's longest row.
+        """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
         started = time.perf_counter()
@@ -79,13 +91,18 @@ class BatchWorker:
             outcomes = self._score(items)
             elapsed = time.perf_counter() - started
             return WorkerResult(outcomes, 0.0, self.free_kv_tokens, [elapsed] * len(items))
-        outcomes, first_token_s = self._generate(mode, items, on_deltas, started)
+        outcomes, first_token_s = self._generate(mode, items, on_deltas, on_row_done, started)
         return WorkerResult(
             outcomes, self._engine.last_step_seconds_per_token, self.free_kv_tokens, first_token_s
         )
 
     def _generate(
-        self, mode: str, items: Sequence[WorkItem], on_deltas: DeltaSink | None, started: float
+        self,
+        mode: str,
+        items: Sequence[WorkItem],
+        on_deltas: DeltaSink | None,
+        on_row_done: RowDone | None,
+        started: float,
     ) -> tuple[list[PromptOutcome], list[float]]:
         outcomes: list[PromptOutcome | None] = [None] * len(items)
         first_token_s = [0.0] * len(items)
@@ -132,21 +149,17 @@ class BatchWorker:
         def is_cancelled(index: int) -> bool:
             return self._board is not None and self._board.is_cancelled(items[rows[index]].row_id)
 
-        results = self._engine.generate(requests, mode=mode, on_step=on_step, is_cancelled=is_cancelled)
-        tail = []
-        for index, (row, result) in enumerate(zip(rows, results, strict=True)):
-            outcomes[row] = PromptOutcome(
-                text=result.text,
-                finish_reason=result.finish_reason,
-                num_input_tokens=result.num_input_tokens,
-                num_output_tokens=result.num_output_tokens,
-                total_draft_tokens=result.total_draft_tokens,
-                total_accepted_draft_tokens=result.total_accepted_draft_tokens,
-            )
-            if index in streams and (rest := streams[index].finish(result.text)):
-                tail.append((row, rest))
-        if tail and on_deltas is not None:
-            on_deltas(tail)
+        def on_finished(index: int, result: GenerationResult) -> None:
+            row = rows[index]
+            outcomes[row] = _outcome(result)
+            if index in streams and (rest := streams[index].finish(result.text)) and on_deltas is not None:
+                on_deltas([(row, rest)])
+            if on_row_done is not None:
+                on_row_done(row, outcomes[row], first_token_s[row])
+
+        self._engine.generate(
+            requests, mode=mode, on_step=on_step, is_cancelled=is_cancelled, on_finished=on_finished
+        )
         return [o for o in outcomes if o is not None], first_token_s
 
     def _score(self, items: Sequence[WorkItem]) -> list[PromptOutcome]:
@@ -162,3 +175,14 @@ class BatchWorker:
             for row, score in zip(rows, scores, strict=True):
                 outcomes[row] = PromptOutcome(text=score.best, finish_reason="stop")
         return [o for o in outcomes if o is not None]
+
+
+def _outcome(result: GenerationResult) -> PromptOutcome:
+    return PromptOutcome(
+        text=result.text,
+        finish_reason=result.finish_reason,
+        num_input_tokens=result.num_input_tokens,
+        num_output_tokens=result.num_output_tokens,
+        total_draft_tokens=result.total_draft_tokens,
+        total_accepted_draft_tokens=result.total_accepted_draft_tokens,
+    )

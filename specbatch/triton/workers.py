@@ -1,8 +1,8 @@
 """The scheduler's WorkerBackend over BLS: batches to qwen3_specdec, lengths back to the router.
 
-qwen3_specdec is decoupled: for a batch it streams zero or more delta responses (text
-of streaming rows, by row) and then one response with every row's outcome and the
-instance's measurements. The backend's response iterator blocks while it waits, so a
+qwen3_specdec is decoupled: for a batch it streams delta responses (text of streaming
+rows, by row) and early answers (a row that finished), then one response with every
+row's outcome and the instance's measurements. The backend's response iterator blocks while it waits, so a
 daemon thread drains it into an asyncio queue: the dispatcher's loop stays free for
 other batches, and a reply that never comes (the server shutting down) cannot keep the
 stub process from exiting.
@@ -13,16 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
 
-from specbatch.serving.dispatcher import BatchResult, DeltaSink, PromptJob
+from specbatch.serving.dispatcher import BatchResult, DeltaSink, PromptJob, RowDone
 from specbatch.serving.protocol import (
     batch_result_from_arrays,
     strings,
     work_arrays,
     worker_deltas_from_arrays,
+    worker_row_done_from_arrays,
 )
 from specbatch.serving.tasks import SCORE
 from specbatch.serving.worker import WorkItem
@@ -43,6 +45,7 @@ WORKER_OUTPUTS = (
     "free_kv_tokens",
     "delta_row",
     "delta_text",
+    "done_row",
 )
 
 
@@ -86,13 +89,26 @@ def work_items(jobs: Sequence[PromptJob]) -> list[WorkItem]:
 class BlsWorkerBackend:
     """Runs dispatcher batches on the qwen3_specdec instances through async decoupled BLS."""
 
-    def __init__(self, worker_model: str, generation_mode: str, router_model: str | None = None) -> None:
+    def __init__(
+        self,
+        worker_model: str,
+        generation_mode: str,
+        router_model: str | None = None,
+        observe_every: int = 64,
+        observe_interval_s: float = 1.0,
+    ) -> None:
         self._worker_model = worker_model
         self._generation_mode = generation_mode
         self._router_model = router_model
+        self._observe_every = observe_every
+        self._observe_interval_s = observe_interval_s
+        self._observed: list[tuple[str, str, int]] = []
+        self._last_observation_s = time.monotonic()
         self._background: set[asyncio.Task] = set()
 
-    async def run(self, kind: str, jobs: Sequence[PromptJob], on_deltas: DeltaSink) -> BatchResult:
+    async def run(
+        self, kind: str, jobs: Sequence[PromptJob], on_deltas: DeltaSink, on_row_done: RowDone
+    ) -> BatchResult:
         mode = "score" if kind == SCORE else self._generation_mode
         request = bls_request(self._worker_model, work_arrays(mode, work_items(jobs)), WORKER_OUTPUTS)
         result = None
@@ -100,6 +116,8 @@ class BlsWorkerBackend:
             arrays = response_arrays(reply, WORKER_OUTPUTS)
             if "delta_row" in arrays:
                 on_deltas(worker_deltas_from_arrays(arrays))
+            elif "done_row" in arrays:
+                on_row_done(*worker_row_done_from_arrays(arrays))
             elif "text_output" in arrays:
                 result = batch_result_from_arrays(arrays)
         if result is None:
@@ -109,13 +127,25 @@ class BlsWorkerBackend:
         return result
 
     def _observe(self, jobs: Sequence[PromptJob], output_tokens: list[int]) -> None:
-        served = [(job, tokens) for job, tokens in zip(jobs, output_tokens, strict=True) if tokens >= 0]
-        if not served:
+        """Collect served lengths; report them to the router in batches (one BLS call each)."""
+        self._observed += [
+            (job.prepared.source, job.prepared.task, tokens)
+            for job, tokens in zip(jobs, output_tokens, strict=True)
+            if tokens >= 0
+        ]
+        now = time.monotonic()
+        if (
+            len(self._observed) < self._observe_every
+            and now - self._last_observation_s < self._observe_interval_s
+        ):
             return
+        if not self._observed:
+            return
+        observed, self._observed, self._last_observation_s = self._observed, [], now
         arrays = {
-            "text_input": strings([job.prepared.source for job, _ in served]),
-            "task": strings([job.prepared.task for job, _ in served]),
-            "observed_tokens": np.array([tokens for _, tokens in served], dtype=np.int32),
+            "text_input": strings([text for text, _, _ in observed]),
+            "task": strings([task for _, task, _ in observed]),
+            "observed_tokens": np.array([tokens for _, _, tokens in observed], dtype=np.int32),
         }
         task = asyncio.ensure_future(self._send_observation(arrays))
         self._background.add(task)

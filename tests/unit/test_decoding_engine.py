@@ -292,3 +292,15 @@ def test_lm_head_size_differences_use_the_shared_id_range(tmp_path, monkeypatch)
     assert all(0 <= t < vocab + 8 for t in result.tokens)
     with pytest.raises(ValueError, match="dtype"):
         load_model_pair(str(tmp_path / "t"), dtype="int3")
+
+
+def test_rows_are_handed_over_the_step_they_finish() -> None:
+    pair = _pair()
+    rows = prompts(3, pair.vocab_size, seed=5)
+    finished: list[tuple[int, int]] = []
+    results = Engine(pair, lookahead=2).generate(
+        [GenerationRequest(p, max_new_tokens=n) for p, n in zip(rows, [12, 3, 7], strict=True)],
+        on_finished=lambda row, result: finished.append((row, result.num_output_tokens)),
+    )
+    assert [row for row, _ in finished] == [1, 2, 0], "shorter rows are handed over first"
+    assert dict(finished) == {i: r.num_output_tokens for i, r in enumerate(results)}

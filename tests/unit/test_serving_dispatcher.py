@@ -24,9 +24,10 @@ class EngineBackend:
     def __init__(self, worker: BatchWorker, fail_first_generate: bool = False) -> None:
         self.worker = worker
         self.batch_sizes: list[tuple[str, int]] = []
+        self.early_rows: list[int] = []
         self._fail_next = fail_first_generate
 
-    async def run(self, kind, jobs, on_deltas):
+    async def run(self, kind, jobs, on_deltas, on_row_done):
         self.batch_sizes.append((kind, len(jobs)))
         if kind != SCORE and self._fail_next:
             self._fail_next = False
@@ -46,7 +47,11 @@ class EngineBackend:
         def deltas_on_loop(deltas):
             loop.call_soon_threadsafe(on_deltas, deltas)
 
-        result = await asyncio.to_thread(self.worker.run, mode, items, deltas_on_loop)
+        def row_done_on_loop(row, outcome, first_token_s):
+            self.early_rows.append(row)
+            loop.call_soon_threadsafe(on_row_done, row, outcome, first_token_s)
+
+        result = await asyncio.to_thread(self.worker.run, mode, items, deltas_on_loop, row_done_on_loop)
         return batch_result_from_arrays(worker_result_arrays(result))
 
 
@@ -108,6 +113,7 @@ def test_batches_answer_every_prompt_exactly_as_the_engine_alone(engine):
     generate_batches = [size for kind, size in backend.batch_sizes if kind != SCORE]
     assert sum(generate_batches) == 10 and len(generate_batches) < 10
     assert backend.batch_sizes[0] == (SCORE, 2), "scoring jobs go out first"
+    assert len(backend.early_rows) == 10, "every generated row is answered as soon as it finishes"
 
 
 def test_a_failing_batch_fails_its_own_prompts_only(engine):

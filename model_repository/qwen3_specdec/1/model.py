@@ -20,9 +20,14 @@ import triton_python_backend_utils as pb_utils
 
 from specbatch.decoding import Engine, load_model_pair
 from specbatch.serving.cancellation import CancelBoard
-from specbatch.serving.protocol import work_from_arrays, worker_delta_arrays, worker_result_arrays
+from specbatch.serving.protocol import (
+    work_from_arrays,
+    worker_delta_arrays,
+    worker_result_arrays,
+    worker_row_done_arrays,
+)
 from specbatch.serving.settings import ModelSettings, project_root
-from specbatch.serving.worker import BatchWorker
+from specbatch.serving.worker import BatchWorker, WorkerResult
 from specbatch.triton import logs
 from specbatch.triton.metrics import MetricRegistry
 from specbatch.triton.tensors import arrays_of, error_response, response
@@ -68,30 +73,45 @@ class TritonPythonModel:
 
     def _serve_triton_batch(self, requests):
         senders = [request.get_response_sender() for request in requests]
+        answered = set()
         try:
             parsed = [work_from_arrays(arrays_of(request, INPUTS)) for request in requests]
             modes = {mode for mode, _ in parsed}
             if len(modes) != 1:
                 raise ValueError(f"one batch cannot mix modes {sorted(modes)}")
             mode = modes.pop()
-            result = self.worker.run(mode, [item for _, items in parsed for item in items])
+
+            def answer(row, outcome, first_token_s):
+                answered.add(row)
+                arrays = worker_result_arrays(WorkerResult([outcome], 0.0, 0, [first_token_s]))
+                senders[row].send(response(arrays, batched=True), flags=FINAL)
+
+            result = self.worker.run(
+                mode, [item for _, items in parsed for item in items], on_row_done=answer
+            )
         except Exception as exc:
             logger.exception("%s: batch failed", self.instance)
-            for sender in senders:
-                sender.send(error_response(f"{self.instance}: {exc}"), flags=FINAL)
+            for row, sender in enumerate(senders):
+                if row not in answered:
+                    sender.send(error_response(f"{self.instance}: {exc}"), flags=FINAL)
             return
         for row, sender in enumerate(senders):
-            arrays = worker_result_arrays(result.rows(row, row + 1))
-            sender.send(response(arrays, batched=True), flags=FINAL)
+            if row not in answered:
+                sender.send(
+                    response(worker_result_arrays(result.rows(row, row + 1)), batched=True), flags=FINAL
+                )
         self._publish(mode, result)
 
     def _serve(self, request, sender):
         def send_deltas(deltas):
             sender.send(response(worker_delta_arrays(deltas)))
 
+        def send_row_done(row, outcome, first_token_s):
+            sender.send(response(worker_row_done_arrays(row, outcome, first_token_s)))
+
         try:
             mode, items = work_from_arrays(arrays_of(request, INPUTS))
-            result = self.worker.run(mode, items, on_deltas=send_deltas)
+            result = self.worker.run(mode, items, on_deltas=send_deltas, on_row_done=send_row_done)
         except Exception as exc:
             logger.exception("%s: batch failed", self.instance)
             self.metrics.increment(

@@ -47,7 +47,7 @@ class TritonPythonModel:
         count_tokens, max_context = load_token_counter(settings.model_path("target_model"))
         self.intake = RequestIntake(build_limits(settings), count_tokens, max_context, time.monotonic)
         self.sla = build_sla(settings)
-        self.cancel_poll_s = settings.number("cancel_poll_ms", 20.0) / 1000.0
+        self.cancel_poll_s = settings.number("cancel_poll_ms", 100.0) / 1000.0
         self.metrics = MetricRegistry("scheduler")
         self.pending = PendingRequests()
         board = CancelBoard.for_server()
