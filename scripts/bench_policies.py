@@ -12,7 +12,7 @@ Each request is held to an end-to-end SLA that scales with its length,
 e2e <= sla_base_s + sla_per_token_s * max_tokens; goodput counts the requests that met
 it per second. Prints a table, writes JSON and a PNG.
 
-    .venv/bin/python scripts/bench_policies.py --rate 6 --duration 60 --out results/bench_policies.json
+    .venv/bin/python scripts/bench_policies.py --rate 16 --duration 40 --out results/bench_policies.json
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ class Setup:
 
 
 SETUPS = (
-    Setup("multi_bin_dynamic", "(a) specbatch: multi-bin + dynamic", {}),
+    Setup("multi_bin_dynamic", "(a) multi-bin + dynamic", {}),
     Setup(
         "fifo_static",
-        "(b) specbatch: k = 1, fixed batch",
+        "(b) k = 1, fixed B = 8",
         {"env": {"SPECBATCH_NUM_BINS": "1", "SPECBATCH_FIXED_BATCH_SIZE": "8"}},
     ),
     Setup(
@@ -256,13 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rate", type=float, default=6.0, help="offered load, requests/s")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
+    parser.add_argument("--rate", type=float, default=16.0, help="offered load, requests/s")
+    parser.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals")
     parser.add_argument("--drain", type=float, default=180.0, help="seconds to wait for stragglers")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--short-share", type=float, default=0.6, help="share of 8–32-token requests")
-    parser.add_argument("--sla-base-s", type=float, default=1.0)
-    parser.add_argument("--sla-per-token-s", type=float, default=0.02)
+    parser.add_argument("--sla-base-s", type=float, default=0.5)
+    parser.add_argument("--sla-per-token-s", type=float, default=0.01)
     parser.add_argument("--only", choices=[s.name for s in SETUPS], action="append")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_policies.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bench_policies.png")
