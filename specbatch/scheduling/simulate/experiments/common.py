@@ -23,6 +23,20 @@ class ExperimentOutput:
     figures: list[Path] = field(default_factory=list)
 
 
+def paper_multibin_config(num_bins: int, low: float, high: float, batch_size: int) -> PolicyConfig:
+    """The setting of Guldogan et al.: fixed equally spaced bins, batches of exactly B, no waiting bounds."""
+    return PolicyConfig(
+        num_bins=num_bins,
+        boundaries="fixed",
+        min_len=low,
+        max_len=high,
+        fixed_batch_size=batch_size,
+        dynamic=False,
+        flush_window_s=None,
+        starvation_bound_s=None,
+    )
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]

@@ -14,9 +14,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from specbatch.scheduling.config import PolicyConfig
 from specbatch.scheduling.simulate.engine import ClusterConfig, Simulator
-from specbatch.scheduling.simulate.experiments.common import ExperimentOutput, markdown_table, write_json
+from specbatch.scheduling.simulate.experiments.common import (
+    ExperimentOutput,
+    markdown_table,
+    paper_multibin_config,
+    write_json,
+)
 from specbatch.scheduling.simulate.plots import plot_figure6
 from specbatch.scheduling.simulate.theory import max_multibin_throughput, theoretical_multibin_throughput
 from specbatch.scheduling.simulate.workload import (
@@ -61,16 +65,7 @@ def run(out_dir: Path, *, quick: bool, seed: int) -> ExperimentOutput:
             horizon,
             seed,
         )
-        config = PolicyConfig(
-            num_bins=k,
-            boundaries="fixed",
-            min_len=LOW,
-            max_len=HIGH,
-            fixed_batch_size=BATCH_SIZE,
-            dynamic=False,
-            flush_window_s=None,
-            starvation_bound_s=None,
-        )
+        config = paper_multibin_config(k, LOW, HIGH, BATCH_SIZE)
         metrics = Simulator(config, cluster).run(workload, horizon, warmup_s=0.1 * horizon).metrics
         points.append(
             {

@@ -12,9 +12,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from specbatch.scheduling.config import PolicyConfig
 from specbatch.scheduling.simulate.engine import ClusterConfig, Simulator
-from specbatch.scheduling.simulate.experiments.common import ExperimentOutput, markdown_table, write_json
+from specbatch.scheduling.simulate.experiments.common import (
+    ExperimentOutput,
+    markdown_table,
+    paper_multibin_config,
+    write_json,
+)
 from specbatch.scheduling.simulate.plots import plot_theorem42
 from specbatch.scheduling.simulate.service import ServiceTimeModel
 from specbatch.scheduling.simulate.theory import max_multibin_throughput, theoretical_multibin_throughput
@@ -43,16 +47,7 @@ def theorem42_rows(horizon: float, seed: int, bin_counts: tuple[int, ...] = BIN_
         workload = make_workload(
             PoissonArrivals(OVERLOAD * c_max), UniformLengths(LOW, HIGH), OraclePredictor(), horizon, seed + k
         )
-        config = PolicyConfig(
-            num_bins=k,
-            boundaries="fixed",
-            min_len=LOW,
-            max_len=HIGH,
-            fixed_batch_size=BATCH_SIZE,
-            dynamic=False,
-            flush_window_s=None,
-            starvation_bound_s=None,
-        )
+        config = paper_multibin_config(k, LOW, HIGH, BATCH_SIZE)
         metrics = Simulator(config, cluster).run(workload, horizon, warmup_s=0.1 * horizon).metrics
         theory = theoretical_multibin_throughput(BATCH_SIZE, k, LOW, HIGH)
         if baseline_sim is None:
