@@ -1,14 +1,19 @@
-"""Batched generation: speculative (draft K, verify K in one target pass) and plain.
+"""The continuous speculative engine: one loop per model pair, rows join and leave at
+every step.
 
-Both modes run over the same machinery (prefill, position-indexed caches, sampler,
-stop rules), so comparing them is fair.
+Each iteration of the loop (on its own thread) takes new submissions and
+cancellations, drops finished, cancelled and expired rows, admits waiting rows whose
+KV blocks fit, prefills new rows in chunks (a long prompt delays running rows by one
+chunk per iteration, not by its whole length), then runs one decode step over every
+running row: a draft-then-verify step with the K the lookahead policy picks for the
+batch, or a plain step. Rows that finish hand their blocks back at once; a row that
+cannot grow when the pool is full is preempted (its blocks freed, requeued at the
+front, prefilled again later with the output it already has).
 
-Per row the engine keeps ``seq_len`` (committed tokens: prompt + output) and the
-invariant that the target's cache holds the first ``seq_len - 1`` of them: the last
-committed token is pending and is fed by the next step. The draft's cache may lag one
-more token (``draft_lag``) after a step that accepted every draft token, because the
-last draft token was proposed but never fed; the next step's first draft pass feeds
-that token together with the pending one. No model is ever fed a token it has cached.
+``batching="static"`` admits only into an empty engine (a batch formed, then run to
+completion): the behaviour of a static batcher, kept to measure against.
+
+:meth:`Engine.generate` is the blocking wrapper (submit all, wait all) for scripts.
 """
 
 from __future__ import annotations
@@ -16,14 +21,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from specbatch.decoding.cache import KVCache
-from specbatch.decoding.lookahead import MAX_LOOKAHEAD, Lookahead
-from specbatch.decoding.models import Qwen3Forward
+from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError
+from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, make_lookahead
 from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.requests import (
     GenerationRequest,
@@ -31,88 +36,187 @@ from specbatch.decoding.requests import (
     InvalidRequestError,
     check_sampling_settings,
 )
-from specbatch.decoding.sampling import RowRandom, SamplingParams, probabilities, sample
+from specbatch.decoding.rows import MODES, AcceptanceTracker, Row, RowHandle, RowSink
 from specbatch.decoding.scoring import ChoiceScores, score_choices
-from specbatch.decoding.speculative import verify
+from specbatch.decoding.steps import MAX_DRAFT_CATCH_UP, StepRunner
 from specbatch.decoding.stopping import RowOutput, StopRules
+from specbatch.decoding.wrapper import BatchSink
 
 logger = logging.getLogger(__name__)
 
-MODES = ("speculative", "target_only", "draft_only")
-
-StepObserver = Callable[[dict[int, list[int]]], None]
-FinishObserver = Callable[[int, GenerationResult], None]
-FeedObserver = Callable[[str, list[int], torch.Tensor, torch.Tensor, torch.Tensor], None]
+BATCHING = ("continuous", "static")
+DEFAULT_ROWS_OF_CONTEXT = 1024  # default pool: max_rows rows of this many tokens
+STEP_SECONDS_SMOOTHING = 0.2
 
 
-@dataclass
-class _Batch:
-    """The rows still decoding, in cache order."""
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """What the scheduler sees of an instance; block figures are the ones admission
+    enforces."""
 
-    request_index: list[int]
-    seq_len: torch.Tensor  # [B] committed tokens per row
-    last_two: torch.Tensor  # [B, 2] the last two committed tokens
-    draft_lag: torch.Tensor  # [B] bool: draft cache misses the token before the pending one
-    params: SamplingParams
-    rng: RowRandom
-    caches: dict[str, KVCache]  # by model name: "target" and "draft", whichever the mode runs
+    running: int
+    waiting: int
+    prefilling: int
+    blocks_total: int
+    blocks_free: int
+    block_size: int
+    tokens_held: int  # committed tokens cached by running rows
+    bytes_per_token: int  # target + draft KV bytes of one token
+    held_blocks: dict[int, int]  # row id -> blocks it holds
+    step_seconds: float
+    seconds_per_token: float  # a running row's wait per committed token
+    lookahead: int
+    acceptance: float
+    preemptions: int
+    peak_blocks_held: int
 
     @property
-    def cache_length(self) -> int:
-        return next(iter(self.caches.values())).length
-
-    def keep(self, rows: list[int]) -> None:
-        index = torch.tensor(rows, dtype=torch.long, device=self.seq_len.device)
-        self.request_index = [self.request_index[i] for i in rows]
-        self.seq_len = self.seq_len[index]
-        self.last_two = self.last_two[index]
-        self.draft_lag = self.draft_lag[index]
-        self.params = self.params.keep_rows(index)
-        self.rng.keep_rows(rows)
-        for cache in self.caches.values():
-            cache.keep_rows(index)
+    def free_tokens(self) -> int:
+        return self.blocks_free * self.block_size
 
 
 class Engine:
-    """Generation and choice scoring over one :class:`ModelPair`.
+    """Continuous (iteration-level) batching of speculative and plain decoding over one
+    :class:`ModelPair`, with KV memory in blocks.
 
-    ``lookahead``: None adapts K to the measured acceptance (rolling window); an int
-    fixes K. One call runs at a time (a lock serialises concurrent callers).
+    ``lookahead``: ``"goodput"`` (default), ``"adaptive_rule"`` or a fixed K in 0..8.
+    ``kv_memory_budget_bytes`` sizes the block pool (target + draft); by default it
+    holds ``max_rows`` rows of 1024 tokens (or the context, if shorter).
     """
 
-    def __init__(self, pair: ModelPair, lookahead: int | None = None) -> None:
+    def __init__(
+        self,
+        pair: ModelPair,
+        lookahead: int | str = "goodput",
+        *,
+        kv_memory_budget_bytes: int | None = None,
+        block_size: int = 16,
+        max_rows: int = 64,
+        prefill_chunk: int = 256,
+        batching: str = "continuous",
+    ) -> None:
+        if batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
+        if max_rows < 1 or prefill_chunk < 1:
+            raise ValueError("max_rows and prefill_chunk must be at least 1")
         self.pair = pair
-        self.lookahead = Lookahead(fixed=lookahead)
-        # Decode seconds of the last generate() per token of its longest row: the per-token
-        # latency a request of that batch saw (the scheduler's SLA feedback).
-        self.last_step_seconds_per_token = 0.0
-        # Optional instrumentation: called with (model name, request indices, tokens,
-        # positions, real-token mask) before every forward pass.
-        self.feed_observer: FeedObserver | None = None
-        self._kv_tokens_held = 0
-        self._lock = threading.Lock()
+        self.max_rows = max_rows
+        self.prefill_chunk = prefill_chunk
+        self.batching = batching
+        if kv_memory_budget_bytes is None:
+            default_tokens = max_rows * min(pair.max_context, DEFAULT_ROWS_OF_CONTEXT)
+            kv_memory_budget_bytes = default_tokens * pair.kv_bytes_per_token
+        num_blocks = kv_memory_budget_bytes // (block_size * pair.kv_bytes_per_token)
+        if num_blocks < 1:
+            raise ValueError(
+                f"a KV budget of {kv_memory_budget_bytes} bytes holds no block of {block_size} tokens "
+                f"({pair.kv_bytes_per_token} bytes per token)"
+            )
+        self.pool = BlockPool(int(num_blocks), block_size)
+        self.runner = StepRunner(pair, self.pool)
+        self.lookahead = make_lookahead(lookahead, self.runner.costs["target"], self.runner.costs["draft"])
+        self._acceptance = AcceptanceTracker()
         self._stop_rules = StopRules(
             pair.eos_token_ids, lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=True)
         )
+        self._running: list[Row] = []
+        self._waiting: deque[Row] = deque()
+        self._incoming: list[Row] = []
+        self._cancel_requests: set[int] = set()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._step_seconds = 0.0
+        self._seconds_per_token = 0.0
+        self._preemptions = 0
+        self._snapshot = self._take_snapshot()
 
-    # ---- capacity -------------------------------------------------------------------
+    # ---- submission -------------------------------------------------------------------
 
     @property
-    def kv_tokens_held(self) -> int:
-        """Token slots allocated per model in the KV caches right now: rows still decoding
-        times the preallocated length (0 between calls)."""
-        return self._kv_tokens_held
+    def feed_observer(self):
+        return self.runner.feed_observer
 
-    def free_kv_tokens(self, memory_budget_bytes: int) -> int:
-        """How many more tokens (per row of target + draft cache) fit in the budget."""
-        capacity = memory_budget_bytes // self.pair.kv_bytes_per_token
-        return max(0, capacity - self._kv_tokens_held)
-
-    # ---- validation -----------------------------------------------------------------
+    @feed_observer.setter
+    def feed_observer(self, observer) -> None:
+        self.runner.feed_observer = observer
 
     def validate(self, request: GenerationRequest) -> None:
         """Raise InvalidRequestError (a ValueError) with a readable message if the request cannot run."""
         self._prompt_ids(request)
+
+    def submit(
+        self, request: GenerationRequest, sink: RowSink, key: int = 0, mode: str = "speculative"
+    ) -> RowHandle:
+        """Queue one row; its tokens and result go to ``sink`` under ``key`` (from the
+        loop thread). Raises InvalidRequestError at once for a request that cannot run."""
+        return self.submit_many([request], sink, mode)[0]
+
+    def submit_many(
+        self, requests: Sequence[GenerationRequest], sink: RowSink, mode: str = "speculative"
+    ) -> list[RowHandle]:
+        """Queue several rows at once (keys 0..n-1), so they reach the same iteration; all
+        are validated before any is queued."""
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+        if mode != "target_only" and self.pair.draft is None:
+            raise ValueError(f"{mode} mode needs a draft model; this pair has none")
+        rows = [self._new_row(request, sink, key, mode) for key, request in enumerate(requests)]
+        with self._wake:
+            self._incoming.extend(rows)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="specbatch-engine", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return [row.handle for row in rows]
+
+    def _new_row(self, request: GenerationRequest, sink: RowSink, key: int, mode: str) -> Row:
+        prompt = self._prompt_ids(request)
+        seed = request.seed if request.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
+        return Row(
+            handle=RowHandle(),
+            request=request,
+            mode=mode,
+            tokens=list(prompt),
+            prompt_length=len(prompt),
+            output=RowOutput(request.max_new_tokens, tuple(request.stop)),
+            seed=seed,
+            sink=sink,
+            key=key,
+        )
+
+    def cancel(self, handle: RowHandle) -> None:
+        """Drop the row at the next step (finish_reason "cancelled"); no-op once finished."""
+        with self._wake:
+            self._cancel_requests.add(handle.row_id)
+            self._wake.notify()
+
+    def snapshot(self) -> EngineSnapshot:
+        """The state after the last iteration (safe from any thread)."""
+        return self._snapshot
+
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        mode: str = "speculative",
+        on_step: Callable[[dict[int, list[int]]], None] | None = None,
+        is_cancelled: Callable[[int], bool] | None = None,
+        on_finished: Callable[[int, GenerationResult], None] | None = None,
+    ) -> list[GenerationResult]:
+        """Submit every request and wait for all; results in request order.
+
+        ``on_step({i: ids})`` is called once per engine step with the new tokens of this
+        call's rows; ``is_cancelled(i)`` is asked after each step and cancels the row;
+        ``on_finished(i, result)`` hands over each row the step it finishes."""
+        sink = BatchSink(len(requests), on_step, on_finished, is_cancelled)
+        if not requests:
+            return []
+        sink.bind(self, self.submit_many(requests, sink, mode))
+        return sink.wait()
+
+    def score_choices(self, prompts: Sequence[str], labels: Sequence[Sequence[str]]) -> list[ChoiceScores]:
+        """For each prompt, the label the target finds most likely right after it (one prefill)."""
+        with torch.inference_mode():
+            return score_choices(self.pair, prompts, labels)
 
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
         check_sampling_settings(request)
@@ -137,323 +241,231 @@ class Engine:
                 f"prompt ({len(ids)} tokens) + max_new_tokens ({request.max_new_tokens}) = {total} "
                 f"exceeds the model context of {self.pair.max_context} tokens"
             )
+        needed = self.pool.blocks_for(total + MAX_LOOKAHEAD)
+        if needed > self.pool.num_blocks:
+            raise InvalidRequestError(
+                f"prompt + max_new_tokens need {needed} KV blocks; this instance's pool has "
+                f"{self.pool.num_blocks}"
+            )
         return ids
 
-    # ---- generation -----------------------------------------------------------------
+    # ---- the loop ---------------------------------------------------------------------
 
-    def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        mode: str = "speculative",
-        on_step: StepObserver | None = None,
-        is_cancelled: Callable[[int], bool] | None = None,
-        on_finished: FinishObserver | None = None,
-    ) -> list[GenerationResult]:
-        """Decode every request as one batch; results come back in request order.
+    def _loop(self) -> None:
+        """Run iterations while there is work; the thread ends when idle and the next
+        submission starts a new one (an idle engine holds no thread)."""
+        with torch.inference_mode():
+            while True:
+                with self._wake:
+                    incoming, self._incoming = self._incoming, []
+                    cancels, self._cancel_requests = self._cancel_requests, set()
+                    if not incoming and not cancels and not self._running and not self._waiting:
+                        self._thread = None
+                        return
+                self._waiting.extend(incoming)
+                try:
+                    self._iterate(cancels)
+                except Exception as exc:  # a fault fails the rows it touched, never the loop
+                    logger.exception("engine step failed")
+                    self._fail_all(f"engine step failed: {exc}")
+                self._snapshot = self._take_snapshot()
 
-        ``on_step({i: ids, ...})`` is called once per step with every row's newly kept
-        tokens (rows that kept none are absent), so a streaming server sends one
-        message per step; ``is_cancelled(i)`` is asked between steps and drops the row
-        ("cancelled"); ``on_finished(i, result)`` hands over each row's result the step
-        it finishes, so a server can answer it without waiting for the longest row.
-        """
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
-        draft = self.pair.draft
-        if mode != "target_only" and draft is None:
-            raise ValueError(f"{mode} mode needs a draft model; this pair has none")
-        if not requests:
-            return []
-        prompts = [self._prompt_ids(r) for r in requests]
-        models: dict[str, Qwen3Forward] = {}
-        if mode != "draft_only":
-            models["target"] = self.pair.target
-        if mode != "target_only" and draft is not None:
-            models["draft"] = draft
-        with self._lock, torch.inference_mode():
-            return self._generate(list(requests), prompts, models, on_step, is_cancelled, on_finished)
+    def _iterate(self, cancels: set[int]) -> None:
+        started = time.perf_counter()
+        self._drop_cancelled_and_expired(cancels)
+        self._admit()
+        if not self._running:
+            return
+        self._prefill()
+        committed = self._decode()
+        if committed:
+            self._deliver(committed)
+            elapsed = time.perf_counter() - started
+            per_row = sum(len(t) for t in committed.values()) / len(committed)
+            self._step_seconds = _smooth(self._step_seconds, elapsed)
+            self._seconds_per_token = _smooth(self._seconds_per_token, elapsed / per_row)
 
-    def _generate(
-        self,
-        requests: list[GenerationRequest],
-        prompts: list[list[int]],
-        models: dict[str, Qwen3Forward],
-        on_step: StepObserver | None,
-        is_cancelled: Callable[[int], bool] | None,
-        on_finished: FinishObserver | None,
-    ) -> list[GenerationResult]:
-        """``models``: target and draft for speculative decoding, one of them for plain."""
-        device = self.pair.device
-        speculative = len(models) == 2
-        plain_name, plain_model = next(iter(models.items()))  # the one model plain decoding runs
-        outputs = [RowOutput(r.max_new_tokens, tuple(r.stop)) for r in requests]
-        drafted = [0] * len(requests)
-        accepted = [0] * len(requests)
-        cache_length = (
-            max(len(p) + r.max_new_tokens for p, r in zip(prompts, requests, strict=True)) + MAX_LOOKAHEAD + 1
+    def _drop_cancelled_and_expired(self, cancels: set[int]) -> None:
+        now = time.monotonic()
+        for queue in (self._running, self._waiting):
+            for row in list(queue):
+                if row.handle.row_id in cancels:
+                    self._finish(row, "cancelled")
+                elif row.request.deadline is not None and row.request.deadline <= now:
+                    self._finish(row, "deadline")
+
+    def _admit(self) -> None:
+        if self.batching == "static" and self._running:
+            return
+        watermark = max(1, self.pool.num_blocks // 100)
+        while self._waiting and len(self._running) < self.max_rows:
+            row = self._waiting[0]
+            need = self.pool.blocks_for(row.seq_len + MAX_LOOKAHEAD) - len(row.blocks)
+            reserve = watermark if self._running else 0
+            if need + reserve > self.pool.num_free:
+                return
+            self.pool.grow(row.blocks, row.seq_len + MAX_LOOKAHEAD)
+            self._waiting.popleft()
+            self._running.append(row)
+
+    def _prefill(self) -> None:
+        """One chunk of prompt for the decoding model; when the policy speculates, one
+        chunk of catch-up for drafts that lag (they speculate once caught up)."""
+        budget = self.prefill_chunk
+        for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
+            rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
+            if rows and budget > 0:
+                budget -= self.runner.prefill(rows, name, budget)
+        if self.lookahead.k > 0:
+            lagging = [r for r in self._running if r.mode == "speculative" and r.prefilled() and _lags(r)]
+            if lagging:
+                self.runner.prefill(lagging, "draft", self.prefill_chunk)
+
+    def _decode(self) -> dict[Row, list[int]]:
+        """One decode step over every prefilled row; the committed tokens per row."""
+        ready = [r for r in self._running if r.prefilled()]
+        speculative = [r for r in ready if r.mode == "speculative"]
+        k = self._choose_lookahead(speculative)
+        k = self._make_room(ready, k)
+        ready = [r for r in ready if r in self._running]  # preemption may have taken some
+        spec_rows = [r for r in ready if k > 0 and r.mode == "speculative" and not _lags(r)]
+        plain_target = [r for r in ready if r.mode != "draft_only" and r not in spec_rows]
+        draft_only = [r for r in ready if r.mode == "draft_only"]
+        committed: dict[Row, list[int]] = {}
+        if spec_rows:
+            tokens, counts = self.runner.speculative_step(spec_rows, k)
+            committed.update(zip(spec_rows, tokens, strict=True))
+            self.lookahead.record(k * len(spec_rows), sum(counts))
+            self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
+        if plain_target:
+            committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
+        if draft_only:
+            committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
+        return committed
+
+    def _choose_lookahead(self, rows: list[Row]) -> int:
+        if not rows:
+            return 0
+        prior = self._acceptance.alpha
+        shape = BatchShape(
+            alphas=[r.alpha(prior) for r in rows],
+            remaining=[r.remaining for r in rows],
+            context_slots=sum(r.seq_len for r in rows),
         )
-        batch = _Batch(
-            request_index=list(range(len(requests))),
-            seq_len=torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device),
-            last_two=torch.tensor(
-                [([p[-2]] if len(p) > 1 else [0]) + [p[-1]] for p in prompts], device=device
-            ),
-            draft_lag=torch.zeros(len(requests), dtype=torch.bool, device=device),
-            params=SamplingParams.from_lists(
-                [r.temperature for r in requests],
-                [r.top_p for r in requests],
-                [r.top_k for r in requests],
-                device,
-            ),
-            rng=RowRandom([r.seed for r in requests], [r.temperature == 0 for r in requests], device),
-            caches={name: model.new_cache(len(requests), cache_length) for name, model in models.items()},
-        )
-        self._kv_tokens_held = len(requests) * cache_length
+        k = self.lookahead.choose(shape)
+        return max(0, min(k, max(r.remaining for r in rows) - 1))
 
-        def result(i: int) -> GenerationResult:
-            out = outputs[i]
-            return GenerationResult(
-                tokens=list(out.tokens),
-                text=out.text or "",
-                finish_reason=out.finish_reason or "length",
-                num_input_tokens=len(prompts[i]),
-                num_output_tokens=len(out.tokens),
-                total_draft_tokens=drafted[i],
-                total_accepted_draft_tokens=accepted[i],
-            )
+    def _make_room(self, rows: list[Row], k: int) -> int:
+        """Grow every row to hold this step's tokens: with K if the pool allows, else
+        with K = 0, else by preempting the most recently admitted rows."""
+        for lookahead in (k, 0) if k else (0,):
+            try:
+                self._grow_all(rows, lookahead)
+                return lookahead
+            except OutOfBlocksError:
+                continue
+        while True:
+            victim = self._running[-1]
+            self._preempt(victim)
+            survivors = [r for r in rows if r in self._running]
+            if not survivors:
+                return 0
+            try:
+                self._grow_all(survivors, 0)
+                return 0
+            except OutOfBlocksError:
+                continue
 
-        def finished(i: int) -> None:
-            if on_finished is not None:
-                on_finished(i, result(i))
-
+    def _grow_all(self, rows: list[Row], lookahead: int) -> None:
+        """All-or-nothing: either every row grows to seq_len + K tokens or none keeps new blocks."""
+        grown: list[tuple[Row, int]] = []
         try:
-            if speculative:
-                for cached_name, cached_model in models.items():
-                    self._prefill(batch, prompts, cached_name, cached_model)
-            else:
-                first = self._prefill_and_sample(batch, prompts, plain_name, plain_model)
-                self._commit(batch, outputs, first, on_step, finished)
-            decode_start = time.perf_counter()
-            produced_at_decode_start = max(len(o.tokens) for o in outputs)
-            while batch.request_index:
-                self._drop_cancelled(batch, outputs, is_cancelled, finished)
-                if not batch.request_index:
-                    break
-                if speculative:
-                    new_tokens = self._speculative_step(batch, models, outputs, drafted, accepted)
-                else:
-                    new_tokens = self._plain_step(batch, plain_name, plain_model)
-                self._commit(batch, outputs, new_tokens, on_step, finished)
-            decode_seconds = time.perf_counter() - decode_start
-            decoded = max(len(o.tokens) for o in outputs) - produced_at_decode_start
-            self.last_step_seconds_per_token = decode_seconds / max(1, decoded)
-        finally:
-            self._kv_tokens_held = 0
-        return [result(i) for i in range(len(requests))]
+            for row in rows:
+                before = len(row.blocks)
+                self.pool.grow(row.blocks, row.seq_len + lookahead)
+                grown.append((row, before))
+        except OutOfBlocksError:
+            for row, before in grown:
+                extra = row.blocks[before:]
+                del row.blocks[before:]
+                self.pool.release(extra)
+            raise
 
-    def _observe(
-        self, name: str, batch: _Batch, tokens: torch.Tensor, positions: torch.Tensor, real: torch.Tensor
-    ):
-        if self.feed_observer is not None:
-            self.feed_observer(name, list(batch.request_index), tokens, positions, real)
+    def _preempt(self, row: Row) -> None:
+        """Free the row's blocks and requeue it at the front; its output is kept and its
+        committed tokens are prefilled again when it is readmitted."""
+        self._running.remove(row)
+        self.pool.release(row.blocks)
+        row.target_cached = row.draft_cached = 0
+        row.preemptions += 1
+        self._preemptions += 1
+        self._waiting.appendleft(row)
+        logger.info("preempted row %d (%d tokens) for lack of KV blocks", row.handle.row_id, row.seq_len)
 
-    def _feed(
-        self,
-        name: str,
-        model: Qwen3Forward,
-        batch: _Batch,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        real: torch.Tensor,
-        logits_at: torch.Tensor,
-    ) -> torch.Tensor:
-        """One forward pass over the ``name`` model's cache; ``real`` [B, T] marks the
-        non-padding tokens. Returns logits [B, M, V] cut to the shared id range."""
-        self._observe(name, batch, tokens, positions, real)
-        logits = model(tokens, positions, batch.caches[name], logits_at, num_real=int(real.sum()))
-        return logits[..., : self.pair.vocab_size]
-
-    def _padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Right-padded tokens, positions 0.. and the real-token mask for a prefill."""
-        width = max(1, max(len(r) for r in rows))
-        device = self.pair.device
-        tokens = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
-        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
-        positions = torch.arange(width, device=device).expand(len(rows), width)
-        return tokens, positions, positions < lengths.unsqueeze(1)
-
-    def _prefill(self, batch: _Batch, prompts: list[list[int]], name: str, model: Qwen3Forward) -> None:
-        """Cache every prompt token but the last (which the first step feeds)."""
-        rows = [p[:-1] for p in prompts]
-        if max(len(r) for r in rows) == 0:
-            return
-        tokens, positions, real = self._padded(rows)
-        self._observe(name, batch, tokens, positions, real)
-        model.fill(tokens, positions, batch.caches[name], num_real=int(real.sum()))
-
-    def _prefill_and_sample(
-        self, batch: _Batch, prompts: list[list[int]], name: str, model: Qwen3Forward
-    ) -> list[list[int]]:
-        """Plain decoding: cache the whole prompt and sample the first token from it."""
-        tokens, positions, real = self._padded(prompts)
-        last = (batch.seq_len - 1).unsqueeze(1)
-        logits = self._feed(name, model, batch, tokens, positions, real, last)
-        first = sample(probabilities(logits, batch.params)[:, 0], batch.rng.draw(1)[:, 0])
-        batch.last_two = torch.stack([batch.last_two[:, 1], first], dim=1)
-        batch.seq_len = batch.seq_len + 1
-        return [[t] for t in first.tolist()]
-
-    def _plain_step(self, batch: _Batch, name: str, model: Qwen3Forward) -> list[list[int]]:
-        pending = batch.last_two[:, 1:]
-        positions = (batch.seq_len - 1).unsqueeze(1)
-        real = torch.ones_like(pending, dtype=torch.bool)
-        logits = self._feed(name, model, batch, pending, positions, real, torch.zeros_like(positions))
-        token = sample(probabilities(logits, batch.params)[:, 0], batch.rng.draw(1)[:, 0])
-        batch.last_two = torch.stack([batch.last_two[:, 1], token], dim=1)
-        batch.seq_len = batch.seq_len + 1
-        return [[t] for t in token.tolist()]
-
-    def _speculative_step(
-        self,
-        batch: _Batch,
-        models: dict[str, Qwen3Forward],
-        outputs: list[RowOutput],
-        drafted: list[int],
-        accepted: list[int],
-    ) -> list[list[int]]:
-        draft, target = models["draft"], models["target"]
-        remaining = max(outputs[i].max_new_tokens - len(outputs[i].tokens) for i in batch.request_index)
-        k = max(1, min(self.lookahead.k, remaining - 1))
-        uniforms = batch.rng.draw(2 * k + 1)
-        draft_uniforms, accept_uniforms, next_uniforms = (
-            uniforms[:, :k],
-            uniforms[:, k : 2 * k],
-            uniforms[:, 2 * k],
-        )
-        pending_position = batch.seq_len - 1
-
-        # Draft: catch up on a lagging token (if any), then propose k tokens.
-        lag = batch.draft_lag
-        if bool(lag.any()):
-            first = torch.where(lag, batch.last_two[:, 0], batch.last_two[:, 1])
-            tokens = torch.stack([first, batch.last_two[:, 1]], dim=1)
-            base = pending_position - lag.long()
-            positions = torch.stack([base, base + 1], dim=1)
-            real = torch.stack([torch.ones_like(lag), lag], dim=1)
-            logits_at = lag.long().unsqueeze(1)
-        else:
-            tokens = batch.last_two[:, 1:]
-            positions = pending_position.unsqueeze(1)
-            real = torch.ones_like(tokens, dtype=torch.bool)
-            logits_at = torch.zeros_like(positions)
-        draft_tokens: list[torch.Tensor] = []
-        draft_probs: list[torch.Tensor] = []
-        for i in range(k):
-            if i > 0:
-                tokens = draft_tokens[-1].unsqueeze(1)
-                positions = (pending_position + i).unsqueeze(1)
-                real = torch.ones_like(tokens, dtype=torch.bool)
-                logits_at = torch.zeros_like(positions)
-            logits = self._feed("draft", draft, batch, tokens, positions, real, logits_at)
-            q = probabilities(logits, batch.params)[:, 0]
-            draft_probs.append(q)
-            draft_tokens.append(sample(q, draft_uniforms[:, i]))
-        proposal = torch.stack(draft_tokens, dim=1)
-
-        # Target: verify the pending token and all k proposals in one pass.
-        verify_tokens = torch.cat([batch.last_two[:, 1:], proposal], dim=1)
-        steps = torch.arange(k + 1, device=proposal.device)
-        verify_positions = pending_position.unsqueeze(1) + steps
-        logits = self._feed(
-            "target",
-            target,
-            batch,
-            verify_tokens,
-            verify_positions,
-            torch.ones_like(verify_tokens, dtype=torch.bool),
-            steps.expand(len(batch.request_index), k + 1),
-        )
-        verdict = verify(
-            proposal,
-            torch.stack(draft_probs, dim=1),
-            probabilities(logits, batch.params),
-            accept_uniforms,
-            next_uniforms,
-        )
-        n = verdict.accepted
-        new_tokens = torch.cat([proposal, torch.zeros_like(proposal[:, :1])], dim=1)
-        new_tokens.scatter_(1, n.unsqueeze(1), verdict.next_token.unsqueeze(1))
-        before_next = verify_tokens.gather(1, n.unsqueeze(1)).squeeze(1)
-        batch.last_two = torch.stack([before_next, verdict.next_token], dim=1)
-        batch.seq_len = batch.seq_len + n + 1
-        batch.draft_lag = n == k
-
-        counts = n.tolist()
-        self.lookahead.record(k * len(counts), sum(counts))
-        rows = new_tokens.tolist()
-        result = []
-        for row, (index, count) in enumerate(zip(batch.request_index, counts, strict=True)):
-            drafted[index] += k
-            accepted[index] += count
-            result.append(rows[row][: count + 1])
-        return result
-
-    def _commit(
-        self,
-        batch: _Batch,
-        outputs: list[RowOutput],
-        new_tokens: list[list[int]],
-        on_step: StepObserver | None,
-        finished: Callable[[int], None],
-    ) -> None:
-        """Apply stop rules, stream, hand over and drop the rows that finished."""
-        keep = []
-        done = []
-        step: dict[int, list[int]] = {}
-        for row, (index, tokens) in enumerate(zip(batch.request_index, new_tokens, strict=True)):
-            out = outputs[index]
-            kept = self._stop_rules.extend(out, tokens)
+    def _deliver(self, committed: dict[Row, list[int]]) -> None:
+        """Apply stop rules, stream the kept tokens per sink, hand over finished rows."""
+        by_sink: dict[int, tuple[RowSink, dict[int, list[int]]]] = {}
+        done: list[Row] = []
+        for row, tokens in committed.items():
+            kept = self._stop_rules.extend(row.output, tokens)
+            row.tokens.extend(kept)
             if kept:
-                step[index] = kept
-            if out.finish_reason is None:
-                keep.append(row)
-            else:
-                self._stop_rules.finish(out)
-                done.append(index)
-        if on_step is not None and step:
-            on_step(step)
-        for index in done:
-            finished(index)
-        if len(keep) < len(batch.request_index):
-            self._keep_rows(batch, keep)
+                by_sink.setdefault(id(row.sink), (row.sink, {}))[1][row.key] = kept
+            if row.output.finish_reason is not None:
+                done.append(row)
+        for sink, updates in by_sink.values():
+            _call(sink.on_tokens, updates)
+        for row in done:
+            self._finish(row, None)
 
-    def _keep_rows(self, batch: _Batch, rows: list[int]) -> None:
-        """Compact the batch to ``rows``; the freed cache memory is reported at once."""
-        batch.keep(rows)
-        self._kv_tokens_held = len(rows) * batch.cache_length
+    def _finish(self, row: Row, reason: str | None, error: str = "") -> None:
+        if row in self._running:
+            self._running.remove(row)
+        elif row in self._waiting:
+            self._waiting.remove(row)
+        self.pool.release(row.blocks)
+        self._stop_rules.finish(row.output, reason)
+        result = row.result()
+        result.error = error
+        _call(row.sink.on_finished, row.key, result)
 
-    def _drop_cancelled(
-        self,
-        batch: _Batch,
-        outputs: list[RowOutput],
-        is_cancelled: Callable[[int], bool] | None,
-        finished: Callable[[int], None],
-    ) -> None:
-        if is_cancelled is None:
-            return
-        keep = []
-        for row, index in enumerate(batch.request_index):
-            if is_cancelled(index):
-                self._stop_rules.finish(outputs[index], "cancelled")
-                finished(index)
-            else:
-                keep.append(row)
-        if len(keep) < len(batch.request_index):
-            self._keep_rows(batch, keep)
+    def _fail_all(self, message: str) -> None:
+        for row in [*self._running, *self._waiting]:
+            self._finish(row, "error", message)
 
-    # ---- multiple choice ------------------------------------------------------------
+    def _take_snapshot(self) -> EngineSnapshot:
+        running = list(self._running)
+        return EngineSnapshot(
+            running=len(running),
+            waiting=len(self._waiting),
+            prefilling=sum(1 for r in running if not r.prefilled()),
+            blocks_total=self.pool.num_blocks,
+            blocks_free=self.pool.num_free,
+            block_size=self.pool.block_size,
+            tokens_held=sum(r.primary_cached for r in running),
+            bytes_per_token=self.pair.kv_bytes_per_token,
+            held_blocks={r.handle.row_id: len(r.blocks) for r in running},
+            step_seconds=self._step_seconds,
+            seconds_per_token=self._seconds_per_token,
+            lookahead=self.lookahead.k,
+            acceptance=self._acceptance.alpha,
+            preemptions=self._preemptions,
+            peak_blocks_held=self.pool.peak_held,
+        )
 
-    def score_choices(self, prompts: Sequence[str], labels: Sequence[Sequence[str]]) -> list[ChoiceScores]:
-        """For each prompt, the label the target finds most likely right after it (one prefill)."""
-        with self._lock, torch.inference_mode():
-            return score_choices(self.pair, prompts, labels)
+
+def _lags(row: Row) -> bool:
+    """The draft misses more than a speculative step's first pass feeds."""
+    return row.seq_len - row.draft_cached > MAX_DRAFT_CATCH_UP
+
+
+def _smooth(previous: float, value: float) -> float:
+    return value if previous == 0 else previous + STEP_SECONDS_SMOOTHING * (value - previous)
+
+
+def _call(callback: Callable, *args) -> None:
+    """A sink that raises loses its own update, never the loop."""
+    try:
+        callback(*args)
+    except Exception:
+        logger.exception("a row sink raised; the engine goes on")

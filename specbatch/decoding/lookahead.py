@@ -1,17 +1,34 @@
-"""How many tokens the draft proposes per step (K).
+"""How many tokens the draft proposes per step (K), three ways.
 
-A long lookahead pays when the draft is usually right and wastes target compute when
-it is not, so K follows the acceptance rate measured over the last few steps:
-above 0.75 K grows by 2, above 0.60 by 1, above 0.40 it stays, above 0.25 it shrinks
-by 1, otherwise by 2; always within [1, 8].
+- ``goodput`` (the default, after SmartSpec, arXiv 2406.14066): pick the K in 0..8 that
+  maximises expected committed tokens per second for the batch that is running, from
+  each row's measured acceptance α and the measured costs of a draft pass c(B) and a
+  verify pass v(B, K) at that batch size. K = 0 is plain target decoding, so under load
+  (where verify costs grow with K) speculation switches itself off instead of slowing
+  the server down.
+- ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
+  above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
+  by 1, otherwise by 2; always within [1, 8].
+- a fixed K.
+
+One K per step: with rows padded to the step's K, a row drafting fewer tokens saves
+no compute, and expected committed tokens grow with K for every α, so every row
+should use the step's K (per-row K only pays when the pass cost follows per-row K).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specbatch.decoding.costs import PassCosts
 
 MIN_LOOKAHEAD = 1
 MAX_LOOKAHEAD = 8
+# Speculate only when the model predicts at least this gain over plain decoding: the
+# cost model is an estimate, and plain decoding is the safe side of a close call.
+GOODPUT_MARGIN = 1.03
 
 
 def next_lookahead(current: int, acceptance: float) -> int:
@@ -29,29 +46,110 @@ def next_lookahead(current: int, acceptance: float) -> int:
     return max(MIN_LOOKAHEAD, min(MAX_LOOKAHEAD, current + step))
 
 
-class Lookahead:
-    """Fixed K (``fixed`` given) or adaptive K over a rolling window of steps."""
+def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
+    """Tokens a row commits in one step with K = ``lookahead`` when each draft token is
+    accepted with probability ``alpha``: 1 + α + … + α^K, capped by its budget."""
+    return sum(alpha**i for i in range(min(lookahead, max(remaining, 1) - 1) + 1))
 
-    def __init__(self, fixed: int | None = None, initial: int = 4, window: int = 4) -> None:
-        if fixed is not None and not MIN_LOOKAHEAD <= fixed <= MAX_LOOKAHEAD:
-            raise ValueError(f"lookahead must be within [{MIN_LOOKAHEAD}, {MAX_LOOKAHEAD}], got {fixed}")
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        self.fixed = fixed
-        self.k = fixed if fixed is not None else initial
-        self._window: deque[tuple[int, int]] = deque(maxlen=window)
 
-    @property
-    def adaptive(self) -> bool:
-        return self.fixed is None
+@dataclass(frozen=True)
+class BatchShape:
+    """What the choice of K looks at: per row acceptance and tokens left, and the KV
+    slots the batch reads."""
+
+    alphas: Sequence[float]
+    remaining: Sequence[int]
+    context_slots: int
+
+
+class FixedLookahead:
+    name = "fixed"
+
+    def __init__(self, k: int) -> None:
+        if not 0 <= k <= MAX_LOOKAHEAD:
+            raise ValueError(f"lookahead must be within [0, {MAX_LOOKAHEAD}], got {k}")
+        self.k = k
+
+    def choose(self, batch: BatchShape) -> int:
+        return self.k
 
     def record(self, drafted: int, accepted: int) -> None:
-        """Feed one step's batch totals; adaptive K moves by the rule on the window's rate."""
+        """A fixed K ignores acceptance."""
+
+
+class RuleLookahead:
+    """The seed system's rolling-window rule (``lookahead=adaptive_rule``)."""
+
+    name = "adaptive_rule"
+
+    def __init__(self, initial: int = 4, window: int = 4) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.k = initial
+        self._window: deque[tuple[int, int]] = deque(maxlen=window)
+
+    def choose(self, batch: BatchShape) -> int:
+        return self.k
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Feed one step's batch totals; K moves by the rule on the window's rate."""
         if drafted <= 0:
             return
         self._window.append((drafted, accepted))
-        if self.fixed is not None:
-            return
         total_drafted = sum(d for d, _ in self._window)
         total_accepted = sum(a for _, a in self._window)
         self.k = next_lookahead(self.k, total_accepted / total_drafted)
+
+
+class GoodputLookahead:
+    """K by expected committed tokens per second (``lookahead=goodput``)."""
+
+    name = "goodput"
+
+    def __init__(self, target_costs: PassCosts, draft_costs: PassCosts) -> None:
+        self.target_costs = target_costs
+        self.draft_costs = draft_costs
+        self.k = 0
+
+    def goodput(self, batch: BatchShape, lookahead: int) -> float:
+        """Predicted committed tokens per second of one step with K = ``lookahead``."""
+        rows = len(batch.alphas)
+        slots = batch.context_slots
+        if lookahead == 0:
+            seconds = self.target_costs.predict(rows, slots)
+            return rows / seconds if seconds > 0 else float("inf")
+        committed = sum(
+            expected_tokens(a, lookahead, r) for a, r in zip(batch.alphas, batch.remaining, strict=True)
+        )
+        seconds = lookahead * self.draft_costs.predict(rows, slots) + self.target_costs.predict(
+            rows * (lookahead + 1), slots + rows * lookahead
+        )
+        return committed / seconds if seconds > 0 else float("inf")
+
+    def choose(self, batch: BatchShape) -> int:
+        if not batch.alphas:
+            return 0
+        plain = self.goodput(batch, 0)
+        best_k, best = 0, plain * GOODPUT_MARGIN
+        for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1):
+            value = self.goodput(batch, k)
+            if value > best:
+                best_k, best = k, value
+        self.k = best_k
+        return best_k
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Acceptance is tracked per row by the engine; the choice reads it from the batch."""
+
+
+def make_lookahead(
+    setting: int | str, target_costs: PassCosts, draft_costs: PassCosts
+) -> FixedLookahead | RuleLookahead | GoodputLookahead:
+    """``goodput``, ``adaptive_rule`` or a fixed K (an int or its string)."""
+    if isinstance(setting, str) and not setting.strip().isdigit():
+        if setting == "goodput":
+            return GoodputLookahead(target_costs, draft_costs)
+        if setting in ("adaptive_rule", "adaptive"):
+            return RuleLookahead()
+        raise ValueError(f"lookahead must be 'goodput', 'adaptive_rule' or a K in 0..8, got {setting!r}")
+    return FixedLookahead(int(setting))

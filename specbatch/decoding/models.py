@@ -1,10 +1,11 @@
 """A Qwen3 forward pass of our own over the Hugging Face weights.
 
-Why not call the Hugging Face module directly: decoding needs a KV cache indexed by
-position per row, so that a rejected draft token costs nothing (the next step simply
-overwrites its slot) and rows of different lengths share one batch without cache
-surgery. The Hugging Face model stays the reference (a unit test compares logits).
-The weights are the Hugging Face module's own tensors: nothing is copied.
+Why not call the Hugging Face module directly: decoding needs a KV cache in blocks
+addressed by position per row, so that a rejected draft token costs nothing (the next
+step simply overwrites its slot), rows of different lengths share one batch without
+cache surgery, and a row that leaves frees its blocks without moving anyone else's.
+The Hugging Face model stays the reference (a unit test compares logits). The
+weights are the Hugging Face module's own tensors: nothing is copied.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from specbatch.decoding.cache import KVCache
+from specbatch.decoding.kv_blocks import KVLayout, KVStore
 
 # Speculative steps may write a few draft tokens past a row's last allowed position
 # (they are discarded); the RoPE table covers them.
@@ -109,52 +110,62 @@ class Qwen3Forward:
         """Bytes one cached token occupies: keys and values of every layer."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.embed.element_size()
 
-    def new_cache(self, batch: int, length: int) -> KVCache:
-        return KVCache.allocate(
+    def new_store(self, num_slots: int) -> KVStore:
+        """Keys and values for ``num_slots`` token slots of this model."""
+        return KVStore.allocate(
             num_layers=self.num_layers,
-            batch=batch,
+            num_slots=num_slots,
             num_kv_heads=self.num_kv_heads,
-            length=length,
             head_dim=self.head_dim,
             dtype=self.dtype,
             device=self.device,
         )
 
     def fill(
-        self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, num_real: int | None = None
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        store: KVStore,
+        layout: KVLayout,
+        num_real: int | None = None,
     ) -> None:
         """Cache ``tokens`` [B, T] at ``positions`` [B, T] without computing any logits."""
-        self._hidden(tokens, positions, cache, num_real)
+        self._hidden(tokens, positions, store, layout, num_real)
 
     def __call__(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache,
+        store: KVStore,
+        layout: KVLayout,
         logits_at: torch.Tensor,
         num_real: int | None = None,
     ) -> torch.Tensor:
         """Feed ``tokens`` [B, T] at ``positions`` [B, T]; return logits [B, M, V] at the
         time indices ``logits_at`` [B, M]. ``num_real`` (real, non-padding tokens in the
         call) feeds the ``tokens_fed`` counter; default B*T."""
-        hidden = self._hidden(tokens, positions, cache, num_real)
+        hidden = self._hidden(tokens, positions, store, layout, num_real)
         picked = hidden.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         return F.linear(_rms_norm(picked, self.final_norm, self.eps), self.lm_head)
 
     def _hidden(
-        self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache, num_real: int | None
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        store: KVStore,
+        layout: KVLayout,
+        num_real: int | None,
     ) -> torch.Tensor:
-        """The last layer's hidden states [B, T, H], writing keys and values into ``cache``."""
+        """The last layer's hidden states [B, T, H], writing keys and values into ``store``."""
         batch, steps = tokens.shape
         self.tokens_fed += batch * steps if num_real is None else num_real
-        span = int(positions.max()) + 1
-        if span > cache.length:
-            raise ValueError(f"position {span - 1} is beyond the KV cache length {cache.length}")
+        span = layout.read_slots.shape[1]
         cos = self._cos[positions].unsqueeze(1)
         sin = self._sin[positions].unsqueeze(1)
         slot_ids = torch.arange(span, device=positions.device)
         mask = slot_ids.view(1, 1, 1, span) <= positions.view(batch, 1, steps, 1)
-        row_ids = torch.arange(batch, device=positions.device).unsqueeze(1)
+        write = layout.write_slots.reshape(-1)
+        read = layout.read_slots
 
         hidden = F.embedding(tokens, self.embed)
         for index, w in enumerate(self.layers):
@@ -166,11 +177,11 @@ class Qwen3Forward:
             k = _rms_norm(k, w.k_norm, self.eps).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            keys, values = cache.keys[index], cache.values[index]
-            keys[row_ids, :, positions] = k.transpose(1, 2)
-            values[row_ids, :, positions] = v
+            keys, values = store.keys[index], store.values[index]
+            keys[write] = k.transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)
+            values[write] = v.reshape(-1, self.num_kv_heads, self.head_dim)
             attn = F.scaled_dot_product_attention(
-                q, keys[:, :, :span], values[:, :, :span], attn_mask=mask, enable_gqa=True
+                q, keys[read].transpose(1, 2), values[read].transpose(1, 2), attn_mask=mask, enable_gqa=True
             )
             hidden = hidden + F.linear(attn.transpose(1, 2).reshape(batch, steps, -1), w.o_proj)
             normed = _rms_norm(hidden, w.post_norm, self.eps)

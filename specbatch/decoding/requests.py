@@ -20,17 +20,20 @@ class GenerationRequest:
     top_k: int = 0
     stop: Sequence[str] = ()
     seed: int | None = None
+    deadline: float | None = None  # time.monotonic() after which the row is dropped
 
 
 @dataclass
 class GenerationResult:
     tokens: list[int]
     text: str
-    finish_reason: str  # "stop" | "length" | "cancelled"
+    finish_reason: str  # "stop" | "length" | "cancelled" | "deadline" | "error"
     num_input_tokens: int
     num_output_tokens: int
     total_draft_tokens: int = 0
     total_accepted_draft_tokens: int = 0
+    error: str = ""
+    preemptions: int = 0
 
     @property
     def acceptance_rate(self) -> float:

@@ -7,8 +7,17 @@ acceptance rule min(1, p/q) and the residual max(0, p - q) then reduce exactly t
 "accept while the draft agrees with the target's argmax, else take that argmax",
 and greedy and sampled rows share one code path in a batch.
 
-Sampling is by inverse CDF with one uniform per token, drawn from a per-row
-generator, so a seeded request reproduces whatever batch it lands in.
+Two exact ways to draw, both keyed by (seed, position) through
+:mod:`specbatch.decoding.counter_random`:
+- an unseeded row samples by inverse CDF and is verified with min(1, p/q) and the
+  residual (Leviathan et al.), which accepts the most draft tokens;
+- a seeded row samples by Gumbel-max with noise fixed per (seed, position, token):
+  the draft proposes argmax(log q + g) and the target keeps argmax(log p + g), so the
+  committed token at every position is the target's own Gumbel-max draw, whatever K,
+  batch or draft produced it. A seeded row therefore reproduces token for token in
+  any batch, under any lookahead, after a preemption and in target-only decoding,
+  at the price of a lower acceptance than the residual rule (drafter-invariant
+  speculative decoding: Daliri, Musco and Suresh, 2024).
 """
 
 from __future__ import annotations
@@ -79,36 +88,8 @@ def sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return picked.clamp_max(probs.shape[-1] - 1)
 
 
-class RowRandom:
-    """Uniforms per row. A seeded row owns a generator, so it reproduces whatever batch
-    it lands in; unseeded rows share one generator (seeded from torch's global one) and
-    draw in a single call. Greedy rows draw nothing (their distributions are one-hot)."""
-
-    def __init__(self, seeds: Sequence[int | None], greedy: Sequence[bool], device: torch.device) -> None:
-        self.device = device
-        self._shared = torch.Generator(device="cpu")
-        self._shared.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
-        self.generators: list[torch.Generator | None] = []
-        for seed, is_greedy in zip(seeds, greedy, strict=True):
-            if is_greedy:
-                self.generators.append(None)
-            elif seed is None:
-                self.generators.append(self._shared)
-            else:
-                self.generators.append(torch.Generator(device="cpu").manual_seed(seed))
-
-    def draw(self, count: int) -> torch.Tensor:
-        """Uniforms [B, count] in [0, 1)."""
-        out = torch.zeros(len(self.generators), count, dtype=torch.float64)
-        shared_rows = [i for i, g in enumerate(self.generators) if g is self._shared]
-        if shared_rows:
-            out[shared_rows] = torch.rand(
-                len(shared_rows), count, generator=self._shared, dtype=torch.float64
-            )
-        for i, generator in enumerate(self.generators):
-            if generator is not None and generator is not self._shared:
-                out[i] = torch.rand(count, generator=generator, dtype=torch.float64)
-        return out.to(self.device)
-
-    def keep_rows(self, rows: Sequence[int]) -> None:
-        self.generators = [self.generators[i] for i in rows]
+def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The Gumbel-max draw argmax(log p + g) over the last axis: an exact sample of
+    ``probs`` that, for a fixed ``noise``, depends on nothing else (zero-probability
+    tokens have log p = -inf and are never chosen)."""
+    return (probs.to(torch.float64).log() + noise).argmax(-1)

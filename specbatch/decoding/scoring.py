@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specbatch.decoding.kv_blocks import dense_pool, layout_for
 from specbatch.decoding.requests import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -91,7 +92,9 @@ def _forward_logprobs(pair: ModelPair, rows: list[list[int]], reads: list[list[i
     logits_at = torch.tensor(
         [r + [r[-1]] * (read_width - len(r)) for r in reads], dtype=torch.long, device=device
     )
-    cache = pair.target.new_cache(len(rows), width)
-    logits = pair.target(tokens, positions, cache, logits_at)
+    pool, tables = dense_pool(len(rows), width)
+    store = pair.target.new_store(pool.num_slots)
+    real = positions < torch.tensor([len(r) for r in rows], device=device).unsqueeze(1)
+    logits = pair.target(tokens, positions, store, layout_for(tables, positions, real, pool), logits_at)
     logprobs = torch.log_softmax(logits[..., : pair.vocab_size].float(), dim=-1).cpu()
     return [lp[: len(r)] for lp, r in zip(logprobs, reads, strict=True)]

@@ -31,7 +31,9 @@ def verify(
 ) -> Verdict:
     """``draft_tokens`` [B, K] were sampled from ``draft_probs`` [B, K, V];
     ``target_probs`` [B, K+1, V] are the target's distributions after the pending token
-    and after each draft token. Uniforms: [B, K] for the tests, [B] for the last draw."""
+    and after each draft token. Uniforms: [B, K] for the acceptance tests and [B, K+1]
+    for the last draw, one per position it may land on (keyed by position, so a row
+    draws the same number for the same token whatever K is)."""
     batch, lookahead = draft_tokens.shape
     index = draft_tokens.unsqueeze(-1)
     p_at = target_probs[:, :lookahead].gather(-1, index).squeeze(-1).to(torch.float64)
@@ -47,4 +49,15 @@ def verify(
     # p == q leaves no residual mass; a rejection then had probability zero, so p is right.
     degenerate = residual.sum(-1, keepdim=True) <= 0
     distribution = torch.where(all_accepted | degenerate, p_next, residual)
-    return Verdict(accepted=accepted, next_token=sample(distribution, next_uniforms))
+    chosen_uniform = next_uniforms.gather(1, accepted.unsqueeze(1)).squeeze(1)
+    return Verdict(accepted=accepted, next_token=sample(distribution, chosen_uniform))
+
+
+def verify_coupled(draft_tokens: torch.Tensor, target_choice: torch.Tensor) -> Verdict:
+    """Gumbel-coupled verification: ``target_choice`` [B, K+1] is the target's own
+    Gumbel-max draw at each position; a draft token is kept while it equals that draw,
+    and the draw at the first mismatch (or after K matches) comes next."""
+    lookahead = draft_tokens.shape[1]
+    matches = (draft_tokens == target_choice[:, :lookahead]).to(torch.long)
+    accepted = matches.cumprod(dim=1).sum(dim=1)
+    return Verdict(accepted=accepted, next_token=target_choice.gather(1, accepted.unsqueeze(1)).squeeze(1))

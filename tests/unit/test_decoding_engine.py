@@ -18,7 +18,7 @@ from specbatch.decoding import (
     load_model_pair,
     pair_from_models,
 )
-from specbatch.decoding.lookahead import Lookahead, next_lookahead
+from specbatch.decoding.lookahead import FixedLookahead, RuleLookahead, next_lookahead
 from specbatch.decoding.tiny import random_qwen3
 
 
@@ -167,11 +167,11 @@ def test_cancelled_rows_leave_without_disturbing_the_others() -> None:
 
 def test_result_counters_and_kv_accounting() -> None:
     pair = _pair()
-    engine = Engine(pair, lookahead=4)
+    engine = Engine(pair, lookahead=4, block_size=4)
     seen: list[int] = []
     results = engine.generate(
         [GenerationRequest("hello world", max_new_tokens=10), GenerationRequest([5, 6, 7], max_new_tokens=4)],
-        on_step=lambda updates: seen.append(engine.kv_tokens_held),
+        on_step=lambda updates: seen.append(engine.pool.num_held),
     )
     assert results[0].num_input_tokens == len(pair.tokenizer.encode("hello world"))
     assert results[1].num_input_tokens == 3
@@ -181,13 +181,25 @@ def test_result_counters_and_kv_accounting() -> None:
         assert 0 <= r.total_accepted_draft_tokens <= r.total_draft_tokens
         assert r.acceptance_rate == r.total_accepted_draft_tokens / r.total_draft_tokens
     assert min(seen) > 0
-    assert seen[-1] < seen[0], "a finished row's cache is released at once"
-    assert engine.kv_tokens_held == 0
-    assert engine.last_step_seconds_per_token > 0
-    budget = 1000 * pair.kv_bytes_per_token
-    assert engine.free_kv_tokens(budget) == 1000
-    assert engine.free_kv_tokens(0) == 0
+    assert seen[-1] < max(seen), "a finished row's blocks are released at once"
+    snapshot = engine.snapshot()
+    assert snapshot.blocks_free == snapshot.blocks_total == engine.pool.num_blocks
+    assert snapshot.running == snapshot.waiting == 0 and snapshot.held_blocks == {}
+    assert snapshot.bytes_per_token == pair.kv_bytes_per_token
+    assert snapshot.step_seconds > 0 and snapshot.seconds_per_token > 0
     assert engine.generate([GenerationRequest("x")], mode="target_only")[0].acceptance_rate == 0.0
+
+
+def test_the_pool_is_sized_by_the_budget_and_refuses_rows_that_can_never_fit() -> None:
+    pair = _pair()
+    budget = 10 * 16 * pair.kv_bytes_per_token
+    engine = Engine(pair, kv_memory_budget_bytes=budget, block_size=16)
+    assert engine.snapshot().blocks_total == 10
+    assert engine.snapshot().free_tokens == 160
+    with pytest.raises(InvalidRequestError, match="KV blocks"):
+        engine.validate(GenerationRequest([5] * 100, max_new_tokens=60))
+    with pytest.raises(ValueError, match="no block"):
+        Engine(pair, kv_memory_budget_bytes=pair.kv_bytes_per_token)
 
 
 def test_draft_only_runs_the_draft_model_greedily() -> None:
@@ -223,17 +235,19 @@ def test_lookahead_rule(acceptance: float, current: int, expected: int) -> None:
 
 
 def test_adaptive_lookahead_uses_a_rolling_window_and_fixed_k_never_moves() -> None:
-    adaptive = Lookahead(initial=4, window=2)
+    adaptive = RuleLookahead(initial=4, window=2)
     adaptive.record(4, 4)  # 1.0 -> 6
     adaptive.record(6, 0)  # window (10, 4) = 0.4 -> 5
     assert adaptive.k == 5
     adaptive.record(5, 0)  # window (11, 0) -> 3
     assert adaptive.k == 3
-    fixed = Lookahead(fixed=3)
+    fixed = FixedLookahead(3)
     fixed.record(3, 0)
     assert fixed.k == 3
     with pytest.raises(ValueError):
-        Lookahead(fixed=9)
+        FixedLookahead(9)
+    with pytest.raises(ValueError, match="lookahead"):
+        Engine(_pair(), lookahead="sometimes")
 
 
 def test_score_choices_picks_the_label_the_target_likes_best() -> None:

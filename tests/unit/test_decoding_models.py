@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from decoding_fixtures import make_pair, prompts
 
+from specbatch.decoding.kv_blocks import dense_pool, layout_for
 from specbatch.decoding.models import Qwen3Forward
 
 
@@ -20,9 +21,11 @@ def test_prefill_logits_match_hugging_face_for_a_padded_mixed_length_batch() -> 
     width = max(len(r) for r in rows)
     tokens = torch.tensor([r + [0] * (width - len(r)) for r in rows])
     positions = torch.arange(width).expand(len(rows), width)
-    cache = model.new_cache(len(rows), width + 4)
+    real = positions < torch.tensor([len(r) for r in rows]).unsqueeze(1)
+    pool, tables = dense_pool(len(rows), width + 4, block_size=8)
+    store = model.new_store(pool.num_slots)
     with torch.no_grad():
-        ours = model(tokens, positions, cache, positions)
+        ours = model(tokens, positions, store, layout_for(tables, positions, real, pool), positions)
     for b, row in enumerate(rows):
         reference = _hf_logits(pair.hf_target, row)
         torch.testing.assert_close(ours[b, : len(row)], reference, atol=2e-4, rtol=1e-4)
@@ -33,20 +36,36 @@ def test_incremental_decoding_over_the_cache_matches_a_full_forward() -> None:
     model: Qwen3Forward = pair.target
     rows = prompts(3, pair.vocab_size, seed=8, min_len=4, max_len=12)
     continuation = prompts(3, pair.vocab_size, seed=9, min_len=6, max_len=6)
-    cache = model.new_cache(3, 40)
+    # blocks of 4 tokens handed out interleaved, so rows are not contiguous in the store
+    pool, tables = dense_pool(3, 40, block_size=4)
+    tables = [sorted(t, reverse=True) for t in tables]
+    store = model.new_store(pool.num_slots)
     lengths = torch.tensor([len(r) for r in rows])
     width = int(lengths.max())
+
+    def feed(tokens: torch.Tensor, positions: torch.Tensor, real: torch.Tensor, logits_at=None):
+        layout = layout_for(tables, positions, real, pool)
+        if logits_at is None:
+            return model.fill(tokens, positions, store, layout)
+        return model(tokens, positions, store, layout, logits_at)
+
     with torch.no_grad():
-        model.fill(
+        prefill_positions = torch.arange(width).expand(3, width)
+        feed(
             torch.tensor([r + [0] * (width - len(r)) for r in rows]),
-            torch.arange(width).expand(3, width),
-            cache,
+            prefill_positions,
+            prefill_positions < lengths.unsqueeze(1),
         )
         # feed two tokens, then (a rollback by one) re-feed from the second with three tokens
         first = torch.tensor([c[:2] for c in continuation])
-        model.fill(first, lengths.unsqueeze(1) + torch.arange(2), cache)
+        feed(first, lengths.unsqueeze(1) + torch.arange(2), torch.ones(3, 2, dtype=torch.bool))
         second = torch.tensor([c[1:4] for c in continuation])
-        ours = model(second, lengths.unsqueeze(1) + 1 + torch.arange(3), cache, torch.arange(3).expand(3, 3))
+        ours = feed(
+            second,
+            lengths.unsqueeze(1) + 1 + torch.arange(3),
+            torch.ones(3, 3, dtype=torch.bool),
+            torch.arange(3).expand(3, 3),
+        )
     for b, row in enumerate(rows):
         reference = _hf_logits(pair.hf_target, row + continuation[b][:4])[len(row) + 1 :]
         torch.testing.assert_close(ours[b], reference, atol=2e-4, rtol=1e-4)

@@ -88,7 +88,7 @@ def test_verify_accepts_with_probability_min_one_p_over_q_and_resamples_the_resi
         q.expand(grid, 1, 3),
         torch.stack([p, p]).expand(grid, 2, 3),
         uniforms.unsqueeze(1),
-        uniforms.flip(0),
+        uniforms.flip(0).unsqueeze(1).expand(grid, 2),
     )
     assert verdict.accepted.double().mean().item() == pytest.approx(0.2, abs=1e-3)
     rejected = verdict.accepted == 0
@@ -102,7 +102,7 @@ def test_verify_takes_the_bonus_token_from_the_last_target_distribution() -> Non
     p = torch.tensor([[0.2, 0.8, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
     q = torch.tensor([[0.1, 0.9, 0.0]], dtype=torch.float64)
     verdict = verify(
-        torch.tensor([[0]]), q.unsqueeze(0), p.unsqueeze(0), torch.tensor([[0.5]]), torch.tensor([0.3])
+        torch.tensor([[0]]), q.unsqueeze(0), p.unsqueeze(0), torch.tensor([[0.5]]), torch.tensor([[0.9, 0.3]])
     )
     assert verdict.accepted.tolist() == [1]
     assert verdict.next_token.tolist() == [2]

@@ -1,0 +1,62 @@
+"""What a forward pass costs, measured: the input to choosing K by goodput.
+
+Whether speculation pays depends on the draft-pass cost c(B) and the verify-pass cost
+v(B, K) at the batch size actually running, and those depend on the machine: on a
+GPU a K+1-token verify costs about one token while memory-bound, on a loaded CPU it
+is partly compute-bound. So each pass is timed and a model per network is fitted
+online: seconds = a + b * tokens fed + c * KV slots read (least squares over the
+recent passes, coefficients kept non-negative). A short calibration at start-up
+gives the fit spread in both features before the first real step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+WINDOW = 512
+REFIT_EVERY = 16
+
+
+class PassCosts:
+    """Online cost model of one network's forward passes."""
+
+    def __init__(self, window: int = WINDOW) -> None:
+        self._observations: deque[tuple[float, float, float]] = deque(maxlen=window)
+        self._coefficients = np.zeros(3)
+        self._since_fit = 0
+
+    @property
+    def observations(self) -> int:
+        return len(self._observations)
+
+    def observe(self, tokens: int, slots: int, seconds: float) -> None:
+        self._observations.append((float(tokens), float(slots), float(seconds)))
+        self._since_fit += 1
+        if self._since_fit >= REFIT_EVERY or len(self._observations) <= REFIT_EVERY:
+            self._fit()
+
+    def predict(self, tokens: float, slots: float) -> float:
+        """Seconds for a pass feeding ``tokens`` tokens and reading ``slots`` KV slots."""
+        a, b, c = self._coefficients
+        return float(a + b * tokens + c * slots)
+
+    def _fit(self) -> None:
+        self._since_fit = 0
+        data = np.array(self._observations)
+        if len(data) == 0:
+            return
+        features = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
+        seconds = data[:, 2]
+        active = [0, 1, 2]
+        coefficients = np.zeros(3)
+        # Non-negative least squares by elimination: drop a feature whose fitted
+        # coefficient is negative and refit on the rest (three features, at most 3 fits).
+        while active:
+            solution, *_ = np.linalg.lstsq(features[:, active], seconds, rcond=None)
+            if (solution >= 0).all():
+                coefficients[active] = solution
+                break
+            active.pop(int(np.argmin(solution)))
+        self._coefficients = coefficients

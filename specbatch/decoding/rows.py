@@ -1,0 +1,130 @@
+"""Per-row state of the continuous engine, and how results reach their owner.
+
+A row keeps everything that was a column of a rebuilt batch object before:
+committed tokens, how much of them each model has cached, its block table, sampling
+settings and key, stop rules, counters and deadline. A step gathers the rows it runs
+into tensors and writes their new state back, so rows can join and leave between any
+two steps and a row that leaves costs nothing from the next step on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from specbatch.decoding.requests import GenerationRequest, GenerationResult
+from specbatch.decoding.stopping import RowOutput
+
+MODES = ("speculative", "target_only", "draft_only")
+
+# Prior weight (in draft tokens) of the instance-wide acceptance in a row's estimate,
+# and the decay of the instance-wide counts per step (recent rows count most).
+ALPHA_PRIOR_WEIGHT = 4.0
+ALPHA_DECAY = 0.98
+
+
+class RowSink(Protocol):
+    """Where a row's tokens and result go. One sink may own many rows (a request of
+    several prompts): each engine step calls ``on_tokens`` once per sink with every
+    row of it that got tokens, then ``on_finished`` per finished row."""
+
+    def on_tokens(self, updates: dict[int, list[int]]) -> None: ...
+
+    def on_finished(self, key: int, result: GenerationResult) -> None: ...
+
+
+_row_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class RowHandle:
+    """What a caller holds for a submitted row: cancel it, or read its result."""
+
+    row_id: int = field(default_factory=lambda: next(_row_ids))
+
+
+@dataclass(eq=False)
+class Row:
+    handle: RowHandle
+    request: GenerationRequest
+    mode: str
+    tokens: list[int]  # prompt + output, committed
+    prompt_length: int
+    output: RowOutput
+    seed: int
+    sink: RowSink
+    key: int
+    blocks: list[int] = field(default_factory=list)
+    target_cached: int = 0  # leading tokens whose keys/values the target store holds
+    draft_cached: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rejections: int = 0
+    preemptions: int = 0
+    submitted_at: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.request.temperature == 0
+
+    @property
+    def coupled(self) -> bool:
+        """Seeded sampled rows draw by Gumbel coupling (reproducible under any K)."""
+        return self.request.seed is not None and not self.greedy
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def remaining(self) -> int:
+        return self.output.max_new_tokens - len(self.output.tokens)
+
+    @property
+    def primary_cached(self) -> int:
+        """Cached tokens of the model that decodes this row on its own."""
+        return self.draft_cached if self.mode == "draft_only" else self.target_cached
+
+    def prefilled(self) -> bool:
+        """The decoding model holds every token but the pending last one."""
+        return self.primary_cached >= self.seq_len - 1
+
+    def alpha(self, prior: float) -> float:
+        """Acceptance estimate: accepted / (accepted + rejections), the maximum-likelihood
+        α of a geometric run, shrunk towards the instance-wide ``prior``."""
+        return (self.accepted + ALPHA_PRIOR_WEIGHT * prior) / (
+            self.accepted + self.rejections + ALPHA_PRIOR_WEIGHT
+        )
+
+    def result(self) -> GenerationResult:
+        out = self.output
+        return GenerationResult(
+            tokens=list(out.tokens),
+            text=out.text or "",
+            finish_reason=out.finish_reason or "length",
+            num_input_tokens=self.prompt_length,
+            num_output_tokens=len(out.tokens),
+            total_draft_tokens=self.drafted,
+            total_accepted_draft_tokens=self.accepted,
+            preemptions=self.preemptions,
+        )
+
+
+class AcceptanceTracker:
+    """Instance-wide acceptance, decayed per step: the prior for rows that have not
+    speculated yet."""
+
+    def __init__(self, initial: float = 0.8) -> None:
+        self._accepted = initial * ALPHA_PRIOR_WEIGHT
+        self._trials = ALPHA_PRIOR_WEIGHT
+
+    @property
+    def alpha(self) -> float:
+        return self._accepted / self._trials
+
+    def record(self, accepted: int, rejections: int) -> None:
+        self._accepted = self._accepted * ALPHA_DECAY + accepted
+        self._trials = self._trials * ALPHA_DECAY + accepted + rejections
