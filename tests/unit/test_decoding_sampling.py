@@ -130,23 +130,38 @@ def _flat_pair():
     return pair
 
 
-@pytest.mark.parametrize("lookahead", [1, 3])
+@pytest.mark.parametrize(
+    ("lookahead", "seeded", "joining"),
+    [(1, False, False), (3, False, False), (3, False, True), (3, True, True), ("goodput", True, True)],
+)
 @pytest.mark.parametrize(("temperature", "top_p", "top_k"), [(1.0, 1.0, 0), (1.2, 0.9, 5)])
 def test_first_two_tokens_follow_the_target_distribution(
-    lookahead: int, temperature: float, top_p: float, top_k: int
+    lookahead: int | str, seeded: bool, joining: bool, temperature: float, top_p: float, top_k: int
 ) -> None:
+    """Unseeded rows (residual rule) and seeded rows (Gumbel coupling) alike; ``joining``
+    rows enter a batch that long rows are already running, a few at a time."""
     pair = _flat_pair()
     samples = 6000
-    torch.manual_seed(0)  # unseeded rows draw from a generator seeded by torch's global one
+    torch.manual_seed(0)  # unseeded rows take their key from torch's global generator
     requests = [
-        GenerationRequest(PROMPT, max_new_tokens=4, temperature=temperature, top_p=top_p, top_k=top_k)
-        for _ in range(samples)
+        GenerationRequest(
+            PROMPT,
+            max_new_tokens=4,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=i if seeded else None,
+        )
+        for i in range(samples)
     ]
-    results = Engine(pair, lookahead=lookahead).generate(requests, mode="speculative")
-    assert (
-        sum(r.total_accepted_draft_tokens for r in results) / sum(r.total_draft_tokens for r in results)
-        > 0.05
-    )
+    engine = Engine(pair, lookahead=lookahead, max_rows=48 if joining else samples)
+    if joining:
+        long_rows = [GenerationRequest([6, 3], max_new_tokens=60, temperature=1.0) for _ in range(8)]
+        engine.submit_many(long_rows, _Discard())
+    results = engine.generate(requests, mode="speculative")
+    if lookahead != "goodput":
+        drafted = sum(r.total_draft_tokens for r in results)
+        assert sum(r.total_accepted_draft_tokens for r in results) / drafted > 0.05
     exact = _exact_joint(pair, temperature, top_p, top_k)
     observed = dict.fromkeys(exact, 0)
     for result in results:
@@ -165,15 +180,26 @@ def test_first_two_tokens_follow_the_target_distribution(
     assert chisquare(observed_counts, expected_counts).pvalue > 1e-3
 
 
-def test_seeded_rows_reproduce_in_any_batch() -> None:
+class _Discard:
+    """A sink for rows whose output a test does not look at."""
+
+    def on_tokens(self, updates: dict[int, list[int]]) -> None:
+        pass
+
+    def on_finished(self, key: int, result) -> None:
+        pass
+
+
+def test_seeded_rows_reproduce_in_any_batch_under_any_lookahead() -> None:
+    """A seeded sampled row's output is the target's own seeded draw: the same alone, in
+    company, with any K (fixed or chosen per step) and in target-only decoding."""
     pair = make_pair("controlled", epsilon=0.5)
-    engine = Engine(pair, lookahead=3)
-    request = GenerationRequest([5, 9, 11, 40], max_new_tokens=12, temperature=0.9, top_p=0.95, seed=77)
-    alone = engine.generate([request], mode="speculative")[0].tokens
-    company = [GenerationRequest([7, 8], max_new_tokens=5, temperature=1.0, seed=s) for s in range(3)]
-    batched = engine.generate([*company, request], mode="speculative")[-1].tokens
-    assert alone == batched
-    assert (
-        engine.generate([request], mode="target_only")[0].tokens
-        == engine.generate([request], mode="target_only")[0].tokens
-    )
+    request = GenerationRequest([5, 9, 11, 40], max_new_tokens=24, temperature=0.9, top_p=0.95, seed=77)
+    reference = Engine(pair).generate([request], mode="target_only")[0].tokens
+    company = [GenerationRequest([7, 8], max_new_tokens=30, temperature=1.0, seed=s) for s in range(3)]
+    for lookahead in (1, 3, 8, "adaptive_rule", "goodput"):
+        engine = Engine(pair, lookahead=lookahead)
+        assert engine.generate([request])[0].tokens == reference, lookahead
+        assert engine.generate([*company, request])[-1].tokens == reference, lookahead
+    other_seed = GenerationRequest([5, 9, 11, 40], max_new_tokens=24, temperature=0.9, top_p=0.95, seed=78)
+    assert Engine(pair).generate([other_seed], mode="target_only")[0].tokens != reference

@@ -1,0 +1,327 @@
+"""The continuous engine: rows join and leave at step boundaries, KV memory in blocks,
+preemption, chunked prefill, per-step K, cancellation and faults — exact throughout."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+import threading
+import time
+
+import pytest
+from decoding_fixtures import make_pair, prompts
+
+from specbatch.decoding import Engine, GenerationRequest, GenerationResult
+from specbatch.decoding.costs import PassCosts
+from specbatch.decoding.lookahead import BatchShape, GoodputLookahead
+
+NEW_TOKENS = 24
+
+
+@functools.cache
+def _pair():
+    return make_pair("controlled", epsilon=0.3)
+
+
+@functools.cache
+def _reference(prompt: tuple[int, ...], new_tokens: int = NEW_TOKENS) -> list[int]:
+    """The target's own greedy output for one prompt decoded alone."""
+    request = GenerationRequest(list(prompt), max_new_tokens=new_tokens)
+    return Engine(_pair()).generate([request], mode="target_only")[0].tokens
+
+
+class _Collect:
+    """A sink that records tokens per step and results, and signals completion."""
+
+    def __init__(self, count: int, on_tokens=None) -> None:
+        self.steps: list[dict[int, list[int]]] = []
+        self.results: dict[int, GenerationResult] = {}
+        self.count = count
+        self.done = threading.Event()
+        self._hook = on_tokens
+
+    def on_tokens(self, updates: dict[int, list[int]]) -> None:
+        self.steps.append(updates)
+        if self._hook is not None:
+            self._hook(self)
+
+    def on_finished(self, key: int, result: GenerationResult) -> None:
+        self.results[key] = result
+        if len(self.results) == self.count:
+            self.done.set()
+
+    def wait(self) -> dict[int, GenerationResult]:
+        assert self.done.wait(120), "the engine did not finish"
+        return self.results
+
+
+class _RandomK:
+    """A lookahead policy that picks a different K (0..8) every step."""
+
+    name = "random"
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+        self.k = 4
+        self.chosen: list[int] = []
+
+    def choose(self, batch: BatchShape) -> int:
+        self.k = self._random.randint(0, 8)
+        self.chosen.append(self.k)
+        return self.k
+
+    def record(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+def test_rows_that_join_a_running_batch_are_exact() -> None:
+    pair = _pair()
+    rows = prompts(6, pair.vocab_size, seed=21)
+    engine = Engine(pair, lookahead=3)
+    late = _Collect(3)
+    joined = threading.Event()
+
+    def join_after_three_steps(sink: _Collect) -> None:
+        if len(sink.steps) == 3 and not joined.is_set():
+            joined.set()
+            engine.submit_many([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows[3:]], late)
+
+    early = _Collect(3, on_tokens=join_after_three_steps)
+    engine.submit_many([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows[:3]], early)
+    early_results, late_results = early.wait(), late.wait()
+    assert joined.is_set()
+    for key, prompt in enumerate(rows[:3]):
+        assert early_results[key].tokens == _reference(tuple(prompt))
+    for key, prompt in enumerate(rows[3:]):
+        assert late_results[key].tokens == _reference(tuple(prompt))
+    # the late rows ran beside the early ones: some step carried tokens for both sinks
+    assert len(early.steps) > 3 and len(late.steps) < len(early.steps) + NEW_TOKENS
+
+
+def test_rows_beyond_max_rows_wait_and_join_as_others_leave() -> None:
+    pair = _pair()
+    rows = prompts(7, pair.vocab_size, seed=22)
+    budgets = [4, 30, 8, 12, 30, 5, 20]
+    engine = Engine(pair, lookahead="goodput", max_rows=3)
+    running: list[int] = []
+    results = engine.generate(
+        [GenerationRequest(p, max_new_tokens=n) for p, n in zip(rows, budgets, strict=True)],
+        on_step=lambda _: running.append(len(engine._running)),
+    )
+    assert max(running) == 3
+    for prompt, budget, result in zip(rows, budgets, results, strict=True):
+        assert result.tokens == _reference(tuple(prompt), budget)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_different_k_every_step_stays_exact(seed: int) -> None:
+    pair = _pair()
+    rows = prompts(6, pair.vocab_size, seed=23)
+    engine = Engine(pair)
+    engine.lookahead = _RandomK(seed)
+    results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
+    assert {0, 8} <= set(engine.lookahead.chosen) or len(set(engine.lookahead.chosen)) > 4
+    for prompt, result in zip(rows, results, strict=True):
+        assert result.tokens == _reference(tuple(prompt))
+
+
+def test_preempted_rows_are_requeued_and_stay_exact() -> None:
+    pair = _pair()
+    rows = prompts(6, pair.vocab_size, seed=24, min_len=8, max_len=14)
+    block = 4
+    # room for about three rows at full length: the others wait or are preempted
+    budget = 3 * (14 + NEW_TOKENS + 8) * pair.kv_bytes_per_token
+    engine = Engine(pair, lookahead=4, kv_memory_budget_bytes=budget, block_size=block)
+    held: list[int] = []
+    results = engine.generate(
+        [GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows],
+        on_step=lambda _: held.append(engine.pool.num_held),
+    )
+    assert engine.snapshot().preemptions > 0
+    assert sum(r.preemptions for r in results) == engine.snapshot().preemptions
+    assert max(held) <= engine.pool.num_blocks
+    for prompt, result in zip(rows, results, strict=True):
+        assert result.tokens == _reference(tuple(prompt))
+        assert result.num_output_tokens == NEW_TOKENS
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_decoding() -> None:
+    pair = _pair()
+    chunk = 32
+    engine = Engine(pair, lookahead=2, prefill_chunk=chunk)
+    fed: list[tuple[str, int]] = []
+    engine.feed_observer = lambda name, keys, tokens, positions, real: fed.append((name, int(real.sum())))
+    short = prompts(1, pair.vocab_size, seed=25)[0]
+    long_prompt = prompts(1, pair.vocab_size, seed=26, min_len=200, max_len=200)[0]
+    runner = _Collect(1)
+    late = _Collect(1)
+    submitted = threading.Event()
+
+    def submit_long(sink: _Collect) -> None:
+        if not submitted.is_set():
+            submitted.set()
+            engine.submit(GenerationRequest(long_prompt, max_new_tokens=4), late)
+
+    runner._hook = submit_long
+    engine.submit(GenerationRequest(short, max_new_tokens=60), runner)
+    runner.wait()
+    late.wait()
+    assert late.results[0].tokens == _reference(tuple(long_prompt), 4)
+    assert runner.results[0].tokens == _reference(tuple(short), 60)
+    assert max(count for name, count in fed) <= chunk
+    # while the long prompt was being prefilled (7 chunks), the short row got tokens every step
+    assert len(runner.steps) >= 200 // chunk
+
+
+def test_a_leaving_row_frees_its_blocks_without_moving_anyone() -> None:
+    pair = _pair()
+    engine = Engine(pair, lookahead=2, block_size=4)
+    stores = engine.runner.stores
+    pointers = {n: [t.data_ptr() for t in s.keys + s.values] for n, s in stores.items()}
+    rows = prompts(3, pair.vocab_size, seed=27)
+    tables: list[dict[int, list[int]]] = []
+
+    def record(_: dict) -> None:
+        tables.append({r.key: list(r.blocks) for r in engine._running})
+
+    results = engine.generate(
+        [GenerationRequest(p, max_new_tokens=n) for p, n in zip(rows, [3, 20, 40], strict=True)],
+        on_step=record,
+    )
+    assert all(r.finish_reason == "length" for r in results)
+    assert {n: [t.data_ptr() for t in s.keys + s.values] for n, s in stores.items()} == pointers
+    # once a row has left, every remaining row's blocks start as they were: nothing moved
+    for before, after in itertools.pairwise(tables):
+        for key, blocks in after.items():
+            if key in before:
+                assert blocks[: len(before[key])] == before[key]
+    assert engine.pool.num_free == engine.pool.num_blocks
+
+
+def test_blocks_held_track_the_tokens_each_row_needs() -> None:
+    pair = _pair()
+    block = 8
+    engine = Engine(pair, lookahead=4, block_size=block)
+    checks = []
+
+    def check(_: dict) -> None:
+        for row in engine._running:
+            # enough for every token plus this step's lookahead, and at most one spare block
+            assert len(row.blocks) * block >= row.seq_len
+            checks.append(len(row.blocks) <= -(-(row.seq_len + 8) // block) + 1)
+        assert engine.pool.num_held == sum(len(r.blocks) for r in engine._running)
+
+    rows = prompts(4, pair.vocab_size, seed=28)
+    engine.generate([GenerationRequest(p, max_new_tokens=40) for p in rows], on_step=check)
+    assert checks and all(checks)
+
+
+def test_cancel_takes_effect_at_the_next_step_and_deadlines_expire() -> None:
+    pair = _pair()
+    engine = Engine(pair, lookahead=2)
+    rows = prompts(3, pair.vocab_size, seed=29)
+    handles: list = []
+
+    def cancel_row_one(sink: _Collect) -> None:
+        if len(sink.steps) == 2:
+            engine.cancel(handles[1])
+
+    sink = _Collect(3, on_tokens=cancel_row_one)
+    handles.extend(
+        engine.submit_many(
+            [
+                GenerationRequest(rows[0], max_new_tokens=30),
+                GenerationRequest(rows[1], max_new_tokens=30),
+                GenerationRequest(rows[2], max_new_tokens=30, deadline=time.monotonic() - 1),
+            ],
+            sink,
+        )
+    )
+    results = sink.wait()
+    assert results[1].finish_reason == "cancelled"
+    assert 0 < results[1].num_output_tokens < 30
+    assert results[1].tokens == _reference(tuple(rows[1]), 30)[: results[1].num_output_tokens]
+    assert results[2].finish_reason == "deadline" and results[2].num_output_tokens == 0
+    assert results[0].tokens == _reference(tuple(rows[0]), 30)
+
+
+def test_static_batching_admits_only_into_an_empty_engine() -> None:
+    pair = _pair()
+    rows = prompts(6, pair.vocab_size, seed=30)
+    engine = Engine(pair, lookahead=2, max_rows=3, batching="static")
+    steps: list[set[int]] = []
+    engine.generate(
+        [GenerationRequest(p, max_new_tokens=n) for p, n in zip(rows, [4, 20, 4, 4, 4, 4], strict=True)],
+        on_step=lambda _: steps.append({r.key for r in engine._running}),
+    )
+    batches = 0
+    for before, after in itertools.pairwise([set(), *steps]):
+        if after - before:  # rows were admitted: only into an engine that had emptied
+            batches += 1
+            assert not (after & before), f"{sorted(after)} joined a running batch {sorted(before)}"
+    assert batches == 2
+
+
+def test_a_fault_in_a_step_fails_its_rows_and_the_engine_goes_on(monkeypatch) -> None:
+    pair = _pair()
+    engine = Engine(pair, lookahead=0)
+    original = engine.runner.plain_step
+    calls = {"n": 0}
+
+    def failing_once(rows, name):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected fault")
+        return original(rows, name)
+
+    monkeypatch.setattr(engine.runner, "plain_step", failing_once)
+    rows = prompts(2, pair.vocab_size, seed=31)
+    with pytest.raises(RuntimeError, match="injected fault"):
+        engine.generate([GenerationRequest(p, max_new_tokens=5) for p in rows])
+    assert engine.pool.num_free == engine.pool.num_blocks
+    assert engine.generate([GenerationRequest(rows[0], max_new_tokens=5)])[0].tokens == _reference(
+        tuple(rows[0]), 5
+    )
+
+
+def test_the_loop_thread_ends_when_idle() -> None:
+    engine = Engine(_pair(), lookahead=2)
+    engine.generate([GenerationRequest([5, 6, 7], max_new_tokens=3)])
+    thread = engine._thread
+    if thread is not None:
+        thread.join(timeout=30)
+    assert engine._thread is None
+
+
+def _costs(per_token: float, fixed: float) -> PassCosts:
+    costs = PassCosts()
+    for tokens in (1, 4, 16, 64, 256):
+        costs.observe(tokens, 0, fixed + per_token * tokens)
+    return costs
+
+
+def test_goodput_speculates_when_verify_is_cheap_and_not_when_it_is_not() -> None:
+    # memory-bound target: a pass costs about the same for 1 or 9 tokens per row
+    flat = GoodputLookahead(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
+    shape = BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, context_slots=400)
+    assert flat.choose(shape) >= 3
+    low_alpha = BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, context_slots=400)
+    assert flat.choose(low_alpha) == 0
+    # compute-bound target: every extra token costs a full token's time
+    steep = GoodputLookahead(_costs(per_token=1e-2, fixed=1e-4), _costs(per_token=2e-3, fixed=1e-4))
+    assert steep.choose(shape) == 0
+    # a row about to finish gains nothing from a long lookahead
+    short = BatchShape(alphas=[0.9], remaining=[2], context_slots=10)
+    assert flat.choose(short) <= 1
+
+
+def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
+    costs = PassCosts()
+    for tokens, slots in ((1, 10), (8, 10), (1, 500), (8, 500), (32, 100)):
+        costs.observe(tokens, slots, 0.002 + 0.001 * tokens + 0.00001 * slots)
+    assert costs.predict(16, 200) == pytest.approx(0.002 + 0.016 + 0.002, rel=1e-6)
+    noisy = PassCosts()
+    for tokens in (1, 2, 3):
+        noisy.observe(tokens, 0, 0.01 - 0.001 * tokens)  # a negative slope is dropped
+    assert noisy.predict(100, 0) >= 0
