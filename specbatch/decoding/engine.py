@@ -128,6 +128,7 @@ class Engine:
         self._step_seconds = 0.0
         self._seconds_per_token = 0.0
         self._preemptions = 0
+        self._calibrated = False
         self._snapshot = self._take_snapshot()
 
     # ---- submission -------------------------------------------------------------------
@@ -255,6 +256,10 @@ class Engine:
         """Run iterations while there is work; the thread ends when idle and the next
         submission starts a new one (an idle engine holds no thread)."""
         with torch.inference_mode():
+            if not self._calibrated:
+                self._calibrated = True
+                if self.lookahead.name == "goodput":
+                    self.runner.calibrate()
             while True:
                 with self._wake:
                     incoming, self._incoming = self._incoming, []

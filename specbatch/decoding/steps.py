@@ -60,24 +60,35 @@ class StepRunner:
         real: torch.Tensor,
         logits_at: torch.Tensor | None,
     ) -> torch.Tensor | None:
-        """One timed pass; logits [B, M, V] cut to the shared id range, or None for a fill."""
+        """One observed, timed pass; logits [B, M, V] cut to the shared id range, or
+        None for a fill."""
         if self.feed_observer is not None:
             self.feed_observer(name, [r.key for r in rows], tokens, positions, real)
-        model, store = self.models[name], self.stores[name]
-        layout = layout_for([r.blocks for r in rows], positions, real, self.pool)
-        num_real = int(real.sum())
         started = time.perf_counter()
+        logits = self._pass(name, [r.blocks for r in rows], tokens, positions, real, logits_at)
+        span = int(positions.max()) + 1
+        self.costs[name].observe(tokens.numel(), len(rows) * span, time.perf_counter() - started)
+        return logits
+
+    def _pass(
+        self,
+        name: str,
+        tables: Sequence[Sequence[int]],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        real: torch.Tensor,
+        logits_at: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        model, store = self.models[name], self.stores[name]
+        layout = layout_for(tables, positions, real, self.pool)
+        num_real = int(real.sum())
         if logits_at is None:
             model.fill(tokens, positions, store, layout, num_real=num_real)
-            logits = None
-        else:
-            logits = model(tokens, positions, store, layout, logits_at, num_real=num_real)[
-                ..., : self.pair.vocab_size
-            ]
+            return None
+        logits = model(tokens, positions, store, layout, logits_at, num_real=num_real)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self.costs[name].observe(tokens.numel(), layout.read_slots.numel(), time.perf_counter() - started)
-        return logits
+        return logits[..., : self.pair.vocab_size]
 
     def _ragged(self, rows: Sequence[Row], spans: Sequence[tuple[int, int]]):
         """Right-padded tokens [B, T], positions and real mask for tokens[start:end] per row."""
@@ -117,6 +128,25 @@ class StepRunner:
             else:
                 row.target_cached = end
         return sum(end - start for start, end in spans)
+
+    def calibrate(self, repeats: int = 3) -> None:
+        """Time passes of each model over a spread of batch sizes, tokens per row and
+        context, on the scratch block only (no row's memory is touched), so the cost
+        model can tell a verify pass from a plain one before the first real step."""
+        limit = min(self.pair.max_context, self.pool.num_blocks * self.pool.block_size)
+        shapes = [(1, 1, 16), (1, 9, 16), (8, 1, 16), (8, 9, 16), (1, 1, 512), (8, 9, 512)]
+        for name in self.models:
+            for batch, steps, span in shapes:
+                span = max(steps, min(span, limit))
+                positions = torch.arange(span - steps, span, device=self.device).expand(batch, steps)
+                tokens = torch.randint(0, self.pair.vocab_size, (batch, steps), device=self.device)
+                real = torch.zeros_like(tokens, dtype=torch.bool)  # every write goes to scratch
+                logits_at = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
+                for attempt in range(repeats + 1):
+                    started = time.perf_counter()
+                    self._pass(name, [[]] * batch, tokens, positions, real, logits_at)
+                    if attempt:  # the first run warms up
+                        self.costs[name].observe(tokens.numel(), batch * span, time.perf_counter() - started)
 
     # ---- drawing tokens ---------------------------------------------------------------
 

@@ -60,16 +60,15 @@ class WorkerResult:
 
 
 class BatchWorker:
-    """Runs scheduler batches on one engine within a KV memory budget."""
+    """Runs scheduler batches on one engine (whose block pool enforces the KV budget)."""
 
-    def __init__(self, engine: Engine, memory_budget_bytes: int, board: CancelBoard | None = None) -> None:
+    def __init__(self, engine: Engine, board: CancelBoard | None = None) -> None:
         self._engine = engine
-        self._memory_budget_bytes = memory_budget_bytes
         self._board = board
 
     @property
     def free_kv_tokens(self) -> int:
-        return self._engine.free_kv_tokens(self._memory_budget_bytes)
+        return self._engine.snapshot().free_tokens
 
     def run(
         self,
@@ -93,7 +92,7 @@ class BatchWorker:
             return WorkerResult(outcomes, 0.0, self.free_kv_tokens, [elapsed] * len(items))
         outcomes, first_token_s = self._generate(mode, items, on_deltas, on_row_done, started)
         return WorkerResult(
-            outcomes, self._engine.last_step_seconds_per_token, self.free_kv_tokens, first_token_s
+            outcomes, self._engine.snapshot().seconds_per_token, self.free_kv_tokens, first_token_s
         )
 
     def _generate(

@@ -58,7 +58,7 @@ class EngineBackend:
 @pytest.fixture(scope="module")
 def engine(tiny_pair_dir):
     pair = load_model_pair(str(tiny_pair_dir / "target"), str(tiny_pair_dir / "draft"), device="cpu")
-    return Engine(pair)
+    return Engine(pair, lookahead=2)
 
 
 def make_jobs(prompts: list[str], tasks: list[str], sink: dict[int, PromptOutcome]) -> list[PromptJob]:
@@ -100,7 +100,7 @@ def test_batches_answer_every_prompt_exactly_as_the_engine_alone(engine):
     tasks = ["infobench"] * 10 + ["mmlu"] * 2
     sink: dict[int, PromptOutcome] = {}
     jobs = make_jobs(prompts, tasks, sink)
-    backend = EngineBackend(BatchWorker(engine, memory_budget_bytes=1 << 30))
+    backend = EngineBackend(BatchWorker(engine))
     asyncio.run(drive(Dispatcher(policy(), backend, ["worker0", "worker1"]), jobs, sink))
 
     reference = engine.generate(
@@ -120,7 +120,7 @@ def test_a_failing_batch_fails_its_own_prompts_only(engine):
     prompts = [f"Instruction: Give fact {i}.\nQuestion: \nGeneration:" for i in range(6)]
     sink: dict[int, PromptOutcome] = {}
     jobs = make_jobs(prompts, ["infobench"] * 6, sink)
-    backend = EngineBackend(BatchWorker(engine, memory_budget_bytes=1 << 30), fail_first_generate=True)
+    backend = EngineBackend(BatchWorker(engine), fail_first_generate=True)
     dispatcher = Dispatcher(policy(), backend, ["worker0", "worker1"])
 
     async def staged():

@@ -49,16 +49,19 @@ class TritonPythonModel:
             device = "cpu"
             torch.set_num_threads(settings.integer("cpu_threads", 1))
         self.instance = args["model_instance_name"]
-        lookahead = settings.raw("lookahead", "adaptive")
         pair = load_model_pair(
             settings.model_path("target_model"),
             settings.model_path("draft_model"),
             device=device,
             dtype=settings.raw("dtype", "auto"),
         )
-        engine = Engine(pair, lookahead=None if lookahead == "adaptive" else int(lookahead))
-        budget = int(settings.number("kv_memory_budget_gb") * (1 << 30))
-        self.worker = BatchWorker(engine, budget, CancelBoard.for_server())
+        engine = Engine(
+            pair,
+            lookahead=settings.raw("lookahead", "goodput"),
+            kv_memory_budget_bytes=int(settings.number("kv_memory_budget_gb") * (1 << 30)),
+            block_size=settings.integer("kv_block_size", 16),
+        )
+        self.worker = BatchWorker(engine, CancelBoard.for_server())
         self.triton_batching = config.get("max_batch_size", 0) > 0
         self.metrics = MetricRegistry("qwen3_specdec")
         logger.info("%s ready on %s (free KV %d tokens)", self.instance, device, self.worker.free_kv_tokens)
