@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from specbatch.decoding import Engine, GenerationRequest, ModelPair, load_model_pair
+from specbatch.decoding.kv_blocks import dense_pool, layout_for
 from specbatch.decoding.tiny import build_benchmark_pairs
 from specbatch.decoding.tokenizer_build import corpus
 
@@ -75,17 +76,21 @@ def bench_prompts(pair: ModelPair, count: int) -> list[list[int]]:
 
 
 def _time_forward(model, batch: int, tokens: int, context: int, repeats: int) -> float:
-    cache = model.new_cache(batch, context + tokens + 1)
+    pool, tables = dense_pool(batch, context + tokens + 1, block_size=16)
+    store = model.new_store(pool.num_slots)
     prefix = torch.randint(3, 500, (batch, context))
-    model.fill(prefix, torch.arange(context).expand(batch, context), cache)
+    prefix_positions = torch.arange(context).expand(batch, context)
+    everything = torch.ones(batch, context, dtype=torch.bool)
+    model.fill(prefix, prefix_positions, store, layout_for(tables, prefix_positions, everything, pool))
     feed = torch.randint(3, 500, (batch, tokens))
     positions = (context + torch.arange(tokens)).expand(batch, tokens)
+    layout = layout_for(tables, positions, torch.ones(batch, tokens, dtype=torch.bool), pool)
     last = torch.full((batch, 1), tokens - 1)
-    model(feed, positions, cache, last)
+    model(feed, positions, store, layout, last)
     best = math.inf
     for _ in range(repeats):
         start = time.perf_counter()
-        model(feed, positions, cache, last)
+        model(feed, positions, store, layout, last)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -128,12 +133,11 @@ def interleaved_best(runs: int, tasks: dict[str, tuple]) -> dict[str, tuple]:
 
 def run_ours(engine: Engine, prompts, setting: Setting, new_tokens: int, mode: str) -> tuple[float, list]:
     requests = [
-        GenerationRequest(p, max_new_tokens=new_tokens, temperature=setting.temperature, seed=i)
-        for i, p in enumerate(prompts)
+        GenerationRequest(p, max_new_tokens=new_tokens, temperature=setting.temperature) for p in prompts
     ]
     start = time.perf_counter()
     results = engine.generate(requests, mode=mode)
-    return time.perf_counter() - start, (results, engine.last_step_seconds_per_token)
+    return time.perf_counter() - start, (results, engine.snapshot().seconds_per_token)
 
 
 def _generation_config(model, new_tokens: int, temperature: float, pad_id: int):

@@ -4,9 +4,11 @@ Whether speculation pays depends on the draft-pass cost c(B) and the verify-pass
 v(B, K) at the batch size actually running, and those depend on the machine: on a
 GPU a K+1-token verify costs about one token while memory-bound, on a loaded CPU it
 is partly compute-bound. So each pass is timed and a model per network is fitted
-online: seconds = a + b * tokens fed + c * KV slots read (least squares over the
-recent passes, coefficients kept non-negative). A short calibration at start-up
-gives the fit spread in both features before the first real step.
+online: seconds = a + b * tokens fed + c * KV slots gathered + d * query-key pairs
+attended (least squares over the recent passes, coefficients kept non-negative). The
+last term is why a K+1-token verify over a long context costs more than K+1 times
+the weights: every query attends to the whole span. A short calibration at start-up
+spreads the features before the first real step.
 """
 
 from __future__ import annotations
@@ -23,36 +25,36 @@ class PassCosts:
     """Online cost model of one network's forward passes."""
 
     def __init__(self, window: int = WINDOW) -> None:
-        self._observations: deque[tuple[float, float, float]] = deque(maxlen=window)
-        self._coefficients = np.zeros(3)
+        self._observations: deque[tuple[float, float, float, float]] = deque(maxlen=window)
+        self._coefficients = np.zeros(4)
         self._since_fit = 0
 
     @property
     def observations(self) -> int:
         return len(self._observations)
 
-    def observe(self, tokens: int, slots: int, seconds: float) -> None:
-        self._observations.append((float(tokens), float(slots), float(seconds)))
+    def observe(self, tokens: int, slots: int, pairs: int, seconds: float) -> None:
+        self._observations.append((float(tokens), float(slots), float(pairs), float(seconds)))
         self._since_fit += 1
         if self._since_fit >= REFIT_EVERY or len(self._observations) <= REFIT_EVERY:
             self._fit()
 
-    def predict(self, tokens: float, slots: float) -> float:
-        """Seconds for a pass feeding ``tokens`` tokens and reading ``slots`` KV slots."""
-        a, b, c = self._coefficients
-        return float(a + b * tokens + c * slots)
+    def predict(self, tokens: float, slots: float, pairs: float) -> float:
+        """Seconds for a pass feeding ``tokens`` tokens, gathering ``slots`` KV slots and
+        attending ``pairs`` query-key pairs."""
+        return float(self._coefficients @ np.array([1.0, tokens, slots, pairs]))
 
     def _fit(self) -> None:
         self._since_fit = 0
         data = np.array(self._observations)
         if len(data) == 0:
             return
-        features = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
-        seconds = data[:, 2]
-        active = [0, 1, 2]
-        coefficients = np.zeros(3)
-        # Non-negative least squares by elimination: drop a feature whose fitted
-        # coefficient is negative and refit on the rest (three features, at most 3 fits).
+        features = np.column_stack([np.ones(len(data)), data[:, :3]])
+        seconds = data[:, 3]
+        active = [0, 1, 2, 3]
+        coefficients = np.zeros(4)
+        # Non-negative least squares by elimination: drop the feature with the most
+        # negative coefficient and refit on the rest (at most four fits).
         while active:
             solution, *_ = np.linalg.lstsq(features[:, active], seconds, rcond=None)
             if (solution >= 0).all():

@@ -18,10 +18,11 @@ completion): the behaviour of a static batcher, kept to measure against.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +50,28 @@ DEFAULT_ROWS_OF_CONTEXT = 1024  # default pool: max_rows rows of this many token
 STEP_SECONDS_SMOOTHING = 0.2
 
 
+@dataclass
+class MemoryPeaks:
+    """KV memory at its peak: what the pool reserved (blocks x block size), the tokens
+    the running rows actually held then, and what one rectangular cache per batch
+    (rows x (longest prompt + max_new_tokens + lookahead margin)) would have taken."""
+
+    reserved_tokens: int = 0
+    held_tokens_at_peak: int = 0
+    rectangular_tokens: int = 0
+
+    def observe(self, running: Sequence[Row], pool: BlockPool) -> None:
+        reserved = pool.num_held * pool.block_size
+        if reserved > self.reserved_tokens:
+            self.reserved_tokens = reserved
+            self.held_tokens_at_peak = sum(r.seq_len for r in running)
+        if running:
+            longest = max(r.prompt_length + r.request.max_new_tokens for r in running)
+            self.rectangular_tokens = max(
+                self.rectangular_tokens, len(running) * (longest + MAX_LOOKAHEAD + 1)
+            )
+
+
 @dataclass(frozen=True)
 class EngineSnapshot:
     """What the scheduler sees of an instance; block figures are the ones admission
@@ -68,7 +91,8 @@ class EngineSnapshot:
     lookahead: int
     acceptance: float
     preemptions: int
-    peak_blocks_held: int
+    lookahead_steps: dict[int, int]  # decode steps run per K (0 = plain)
+    memory: MemoryPeaks
 
     @property
     def free_tokens(self) -> int:
@@ -129,6 +153,8 @@ class Engine:
         self._seconds_per_token = 0.0
         self._preemptions = 0
         self._calibrated = False
+        self._lookahead_steps: Counter[int] = Counter()
+        self._memory = MemoryPeaks()
         self._snapshot = self._take_snapshot()
 
     # ---- submission -------------------------------------------------------------------
@@ -336,7 +362,9 @@ class Engine:
         spec_rows = [r for r in ready if k > 0 and r.mode == "speculative" and not _lags(r)]
         plain_target = [r for r in ready if r.mode != "draft_only" and r not in spec_rows]
         draft_only = [r for r in ready if r.mode == "draft_only"]
+        self._memory.observe(self._running, self.pool)
         committed: dict[Row, list[int]] = {}
+        self._lookahead_steps[k if spec_rows else 0] += 1
         if spec_rows:
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
@@ -355,7 +383,7 @@ class Engine:
         shape = BatchShape(
             alphas=[r.alpha(prior) for r in rows],
             remaining=[r.remaining for r in rows],
-            context_slots=sum(r.seq_len for r in rows),
+            span=max(r.seq_len for r in rows),
         )
         k = self.lookahead.choose(shape)
         return max(0, min(k, max(r.remaining for r in rows) - 1))
@@ -455,7 +483,8 @@ class Engine:
             lookahead=self.lookahead.k,
             acceptance=self._acceptance.alpha,
             preemptions=self._preemptions,
-            peak_blocks_held=self.pool.peak_held,
+            lookahead_steps=dict(self._lookahead_steps),
+            memory=dataclasses.replace(self._memory),
         )
 
 

@@ -37,7 +37,6 @@ class BlockPool:
         self.block_size = block_size
         self.scratch_block = num_blocks  # one past the budget: never handed out
         self._free = list(range(num_blocks - 1, -1, -1))
-        self.peak_held = 0
 
     @property
     def num_slots(self) -> int:
@@ -66,7 +65,6 @@ class BlockPool:
             raise OutOfBlocksError(f"need {missing} more KV blocks, {len(self._free)} free")
         for _ in range(missing):
             table.append(self._free.pop())
-        self.peak_held = max(self.peak_held, self.num_held)
 
     def release(self, table: list[int]) -> None:
         """Give every block of ``table`` back and empty it."""

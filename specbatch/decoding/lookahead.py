@@ -54,12 +54,12 @@ def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
 
 @dataclass(frozen=True)
 class BatchShape:
-    """What the choice of K looks at: per row acceptance and tokens left, and the KV
-    slots the batch reads."""
+    """What the choice of K looks at: per row acceptance and tokens left, and the
+    longest row's length (every row of a pass reads that span)."""
 
     alphas: Sequence[float]
     remaining: Sequence[int]
-    context_slots: int
+    span: int
 
 
 class FixedLookahead:
@@ -113,17 +113,19 @@ class GoodputLookahead:
 
     def goodput(self, batch: BatchShape, lookahead: int) -> float:
         """Predicted committed tokens per second of one step with K = ``lookahead``."""
-        rows = len(batch.alphas)
-        slots = batch.context_slots
+        rows, span = len(batch.alphas), batch.span
         if lookahead == 0:
-            seconds = self.target_costs.predict(rows, slots)
+            seconds = self.target_costs.predict(rows, rows * span, rows * span)
             return rows / seconds if seconds > 0 else float("inf")
         committed = sum(
             expected_tokens(a, lookahead, r) for a, r in zip(batch.alphas, batch.remaining, strict=True)
         )
-        seconds = lookahead * self.draft_costs.predict(rows, slots) + self.target_costs.predict(
-            rows * (lookahead + 1), slots + rows * lookahead
+        draft_pass = self.draft_costs.predict(rows, rows * (span + lookahead), rows * (span + lookahead))
+        verify_span = span + lookahead
+        verify_pass = self.target_costs.predict(
+            rows * (lookahead + 1), rows * verify_span, rows * (lookahead + 1) * verify_span
         )
+        seconds = lookahead * draft_pass + verify_pass
         return committed / seconds if seconds > 0 else float("inf")
 
     def choose(self, batch: BatchShape) -> int:

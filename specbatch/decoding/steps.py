@@ -67,7 +67,8 @@ class StepRunner:
         started = time.perf_counter()
         logits = self._pass(name, [r.blocks for r in rows], tokens, positions, real, logits_at)
         span = int(positions.max()) + 1
-        self.costs[name].observe(tokens.numel(), len(rows) * span, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.costs[name].observe(tokens.numel(), len(rows) * span, tokens.numel() * span, seconds)
         return logits
 
     def _pass(
@@ -134,7 +135,7 @@ class StepRunner:
         context, on the scratch block only (no row's memory is touched), so the cost
         model can tell a verify pass from a plain one before the first real step."""
         limit = min(self.pair.max_context, self.pool.num_blocks * self.pool.block_size)
-        shapes = [(1, 1, 16), (1, 9, 16), (8, 1, 16), (8, 9, 16), (1, 1, 512), (8, 9, 512)]
+        shapes = [(b, t, s) for b in (1, 8) for t in (1, 9) for s in (16, 512)]
         for name in self.models:
             for batch, steps, span in shapes:
                 span = max(steps, min(span, limit))
@@ -145,8 +146,9 @@ class StepRunner:
                 for attempt in range(repeats + 1):
                     started = time.perf_counter()
                     self._pass(name, [[]] * batch, tokens, positions, real, logits_at)
+                    seconds = time.perf_counter() - started
                     if attempt:  # the first run warms up
-                        self.costs[name].observe(tokens.numel(), batch * span, time.perf_counter() - started)
+                        self.costs[name].observe(tokens.numel(), batch * span, tokens.numel() * span, seconds)
 
     # ---- drawing tokens ---------------------------------------------------------------
 

@@ -297,31 +297,32 @@ def test_the_loop_thread_ends_when_idle() -> None:
 def _costs(per_token: float, fixed: float) -> PassCosts:
     costs = PassCosts()
     for tokens in (1, 4, 16, 64, 256):
-        costs.observe(tokens, 0, fixed + per_token * tokens)
+        for span in (10, 100):
+            costs.observe(tokens, 4 * span, tokens * span, fixed + per_token * tokens)
     return costs
 
 
 def test_goodput_speculates_when_verify_is_cheap_and_not_when_it_is_not() -> None:
     # memory-bound target: a pass costs about the same for 1 or 9 tokens per row
     flat = GoodputLookahead(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
-    shape = BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, context_slots=400)
+    shape = BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)
     assert flat.choose(shape) >= 3
-    low_alpha = BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, context_slots=400)
+    low_alpha = BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)
     assert flat.choose(low_alpha) == 0
     # compute-bound target: every extra token costs a full token's time
     steep = GoodputLookahead(_costs(per_token=1e-2, fixed=1e-4), _costs(per_token=2e-3, fixed=1e-4))
     assert steep.choose(shape) == 0
     # a row about to finish gains nothing from a long lookahead
-    short = BatchShape(alphas=[0.9], remaining=[2], context_slots=10)
+    short = BatchShape(alphas=[0.9], remaining=[2], span=10)
     assert flat.choose(short) <= 1
 
 
 def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
     costs = PassCosts()
-    for tokens, slots in ((1, 10), (8, 10), (1, 500), (8, 500), (32, 100)):
-        costs.observe(tokens, slots, 0.002 + 0.001 * tokens + 0.00001 * slots)
-    assert costs.predict(16, 200) == pytest.approx(0.002 + 0.016 + 0.002, rel=1e-6)
+    for tokens, slots, pairs in ((1, 10, 10), (8, 10, 80), (1, 500, 500), (8, 500, 900), (32, 100, 3200)):
+        costs.observe(tokens, slots, pairs, 0.002 + 0.001 * tokens + 0.00001 * slots + 1e-6 * pairs)
+    assert costs.predict(16, 200, 3200) == pytest.approx(0.002 + 0.016 + 0.002 + 0.0032, rel=1e-6)
     noisy = PassCosts()
     for tokens in (1, 2, 3):
-        noisy.observe(tokens, 0, 0.01 - 0.001 * tokens)  # a negative slope is dropped
-    assert noisy.predict(100, 0) >= 0
+        noisy.observe(tokens, 0, 0, 0.01 - 0.001 * tokens)  # a negative slope is dropped
+    assert noisy.predict(100, 0, 0) >= 0
