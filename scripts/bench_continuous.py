@@ -1,7 +1,10 @@
 """Continuous vs static batching, speculation under load, and KV memory, side by side.
 
-On the controlled-acceptance pairs (a50, a70, a90: target = draft + ε-scaled layers)
-with one mixed workload (60 % of rows 8-32 new tokens, 40 % 96-256; prompts 16-512
+On the controlled-acceptance pairs (a50, a70, a90: target = draft + ε-scaled layers;
+``--spec tiny`` builds them on the embedded default's shapes, whose passes cost about
+the same at batch 1 and 32 on a CPU, as decode does on a GPU; ``--spec bench`` on the
+larger shapes of scripts/bench_specdec.py, which are compute-bound on a 2-core CPU) with
+one mixed workload (60 % of rows 8-32 new tokens, 40 % 96-256; prompts 16-512
 tokens; greedy; end-of-sequence off so every row runs its budget):
 
 1. Open loop, same Poisson arrivals for every set-up: static batches (a batch is
@@ -40,7 +43,7 @@ import torch
 from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
-from specbatch.decoding.tiny import build_benchmark_pairs
+from specbatch.decoding.tiny import BENCH_SPEC, TINY_SPEC, build_benchmark_pairs
 from specbatch.decoding.tokenizer_build import corpus
 
 logger = logging.getLogger("bench_continuous")
@@ -360,7 +363,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="smaller runs (under 4 minutes on 2 cores)")
-    parser.add_argument("--models", type=Path, default=Path(".models/controlled"))
+    parser.add_argument("--spec", choices=("tiny", "bench"), default="tiny", help="shapes of the pairs")
+    parser.add_argument("--models", type=Path, help="default .models/controlled_<spec>")
     parser.add_argument("--pairs", nargs="+", default=None, help="default a50 a70 a90 (a50 a90 with --quick)")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16, 32])
     parser.add_argument("--load", type=float, default=0.9, help="open-loop rate / continuous capacity")
@@ -375,7 +379,8 @@ def main() -> None:
     logging.getLogger("specbatch").setLevel(logging.WARNING)
     torch.manual_seed(0)
 
-    built = build_benchmark_pairs(args.models)
+    spec = TINY_SPEC if args.spec == "tiny" else BENCH_SPEC
+    built = build_benchmark_pairs(args.models or Path(f".models/controlled_{args.spec}"), spec=spec)
     started = time.perf_counter()
     open_rows: list[dict] = []
     closed_rows: list[dict] = []
@@ -387,7 +392,7 @@ def main() -> None:
         closed_rows.extend(closed_loop(name, pair, args))
 
     print(
-        f"\n## Continuous batching benchmark ({'quick' if args.quick else 'full'}, "
+        f"\n## Continuous batching benchmark ({'quick' if args.quick else 'full'}, {args.spec} pairs, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"{torch.get_num_threads()} threads, {time.perf_counter() - started:.0f} s)\n"
     )

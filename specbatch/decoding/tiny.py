@@ -253,9 +253,11 @@ def build_tiny_pair(out_dir: Path, force: bool = False) -> tuple[Path, Path]:
     return build_controlled_pair(Path(out_dir), TINY_SPEC, TINY_ALPHA, force=force)
 
 
-def build_benchmark_pairs(out_dir: Path, force: bool = False) -> dict[str, tuple[Path, Path]]:
-    """The controlled pairs ``out_dir``/a50, a70, a90 used by the benchmark."""
+def build_benchmark_pairs(
+    out_dir: Path, force: bool = False, spec: PairSpec = BENCH_SPEC
+) -> dict[str, tuple[Path, Path]]:
+    """The controlled pairs ``out_dir``/a50, a70, a90 used by the benchmarks."""
     return {
-        name: build_controlled_pair(Path(out_dir) / name, BENCH_SPEC, alpha, force=force)
+        name: build_controlled_pair(Path(out_dir) / name, spec, alpha, force=force)
         for name, alpha in CONTROLLED_ALPHAS.items()
     }
