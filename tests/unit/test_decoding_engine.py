@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import functools
 import math
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -318,3 +321,17 @@ def test_rows_are_handed_over_the_step_they_finish() -> None:
     )
     assert [row for row, _ in finished] == [1, 2, 0], "shorter rows are handed over first"
     assert dict(finished) == {i: r.num_output_tokens for i, r in enumerate(results)}
+
+
+def test_the_readme_engine_example_runs_as_written(tiny_pair_dir) -> None:
+    readme = (tiny_pair_dir.parents[1] / "README.md").read_text()
+    [example] = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "Engine(" in b]
+    reply = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=tiny_pair_dir.parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert reply.returncode == 0, reply.stderr
+    assert "{" in reply.stdout and "}" in reply.stdout, "prints the steps run per K"
