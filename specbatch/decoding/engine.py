@@ -138,7 +138,7 @@ class Engine:
             )
         self.pool = BlockPool(int(num_blocks), block_size)
         self.runner = StepRunner(pair, self.pool)
-        self.lookahead = make_lookahead(lookahead, self.runner.costs["target"], self.runner.costs["draft"])
+        self.lookahead = make_lookahead(lookahead, self.runner.costs)
         self._acceptance = AcceptanceTracker()
         self._stop_rules = StopRules(
             pair.eos_token_ids, lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=True)
@@ -341,14 +341,23 @@ class Engine:
 
     def _prefill(self) -> None:
         """One chunk of prompt for the decoding model; when the policy speculates, one
-        chunk of catch-up for drafts that lag (they speculate once caught up)."""
+        chunk of catch-up for drafts that lag and whose rows will repay it (they
+        speculate once caught up). The draft is not prefilled eagerly: while speculation
+        does not pay (K = 0 under load), a prompt costs the target alone."""
         budget = self.prefill_chunk
         for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
             if rows and budget > 0:
                 budget -= self.runner.prefill(rows, name, budget)
         if self.lookahead.k > 0:
-            lagging = [r for r in self._running if r.mode == "speculative" and r.prefilled() and _lags(r)]
+            lagging = [
+                r
+                for r in self._running
+                if r.mode == "speculative"
+                and r.prefilled()
+                and _lags(r)
+                and self.lookahead.catch_up_pays(r.remaining, r.seq_len - r.draft_cached, r.seq_len)
+            ]
             if lagging:
                 self.runner.prefill(lagging, "draft", self.prefill_chunk)
 

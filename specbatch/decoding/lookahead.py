@@ -29,6 +29,9 @@ MAX_LOOKAHEAD = 8
 # Speculate only when the model predicts at least this gain over plain decoding: the
 # cost model is an estimate, and plain decoding is the safe side of a close call.
 GOODPUT_MARGIN = 1.03
+# A lagging draft is caught up (a prefill of what it missed) only when the time the row
+# is expected to save by speculating is this many times the catch-up pass.
+CATCH_UP_MARGIN = 2.0
 
 
 def next_lookahead(current: int, acceptance: float) -> int:
@@ -76,6 +79,9 @@ class FixedLookahead:
     def record(self, drafted: int, accepted: int) -> None:
         """A fixed K ignores acceptance."""
 
+    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
+        return self.k > 0
+
 
 class RuleLookahead:
     """The seed system's rolling-window rule (``lookahead=adaptive_rule``)."""
@@ -100,22 +106,32 @@ class RuleLookahead:
         total_accepted = sum(a for _, a in self._window)
         self.k = next_lookahead(self.k, total_accepted / total_drafted)
 
+    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
+        return self.k > 0
+
 
 class GoodputLookahead:
-    """K by expected committed tokens per second (``lookahead=goodput``)."""
+    """K by expected committed tokens per second (``lookahead=goodput``).
+
+    ``costs`` holds the fitted models of a target pass, a draft pass and the rest of a
+    speculative or plain step (``step_speculative``, ``step_plain``: building inputs,
+    sampling, verification), which favours fewer, longer steps when it is large."""
 
     name = "goodput"
 
-    def __init__(self, target_costs: PassCosts, draft_costs: PassCosts) -> None:
-        self.target_costs = target_costs
-        self.draft_costs = draft_costs
+    def __init__(self, costs: dict[str, PassCosts]) -> None:
+        self.target_costs = costs["target"]
+        self.draft_costs = costs["draft"]
+        self.step_costs = {True: costs["step_speculative"], False: costs["step_plain"]}
         self.k = 0
+        self.saving_per_token = 0.0  # seconds per committed token the last choice saves
 
     def goodput(self, batch: BatchShape, lookahead: int) -> float:
         """Predicted committed tokens per second of one step with K = ``lookahead``."""
         rows, span = len(batch.alphas), batch.span
+        overhead = self.step_costs[lookahead > 0].predict(rows, 0, 0)
         if lookahead == 0:
-            seconds = self.target_costs.predict(rows, rows * span, rows * span)
+            seconds = self.target_costs.predict(rows, rows * span, rows * span) + overhead
             return rows / seconds if seconds > 0 else float("inf")
         committed = sum(
             expected_tokens(a, lookahead, r) for a, r in zip(batch.alphas, batch.remaining, strict=True)
@@ -125,7 +141,7 @@ class GoodputLookahead:
         verify_pass = self.target_costs.predict(
             rows * (lookahead + 1), rows * verify_span, rows * (lookahead + 1) * verify_span
         )
-        seconds = lookahead * draft_pass + verify_pass
+        seconds = lookahead * draft_pass + verify_pass + overhead
         return committed / seconds if seconds > 0 else float("inf")
 
     def choose(self, batch: BatchShape) -> int:
@@ -138,19 +154,28 @@ class GoodputLookahead:
             if value > best:
                 best_k, best = k, value
         self.k = best_k
+        self.saving_per_token = 1 / plain - 1 / best if best_k and 0 < plain < float("inf") else 0.0
         return best_k
 
     def record(self, drafted: int, accepted: int) -> None:
         """Acceptance is tracked per row by the engine; the choice reads it from the batch."""
 
+    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
+        """Whether feeding the draft the ``lag`` tokens it missed is repaid by the time
+        the row's ``remaining`` tokens save by speculating."""
+        if self.saving_per_token <= 0:
+            return False
+        cost = self.draft_costs.predict(lag, span, lag * span)
+        return self.saving_per_token * remaining > CATCH_UP_MARGIN * cost
+
 
 def make_lookahead(
-    setting: int | str, target_costs: PassCosts, draft_costs: PassCosts
+    setting: int | str, costs: dict[str, PassCosts]
 ) -> FixedLookahead | RuleLookahead | GoodputLookahead:
     """``goodput``, ``adaptive_rule`` or a fixed K (an int or its string)."""
     if isinstance(setting, str) and not setting.strip().isdigit():
         if setting == "goodput":
-            return GoodputLookahead(target_costs, draft_costs)
+            return GoodputLookahead(costs)
         if setting in ("adaptive_rule", "adaptive"):
             return RuleLookahead()
         raise ValueError(f"lookahead must be 'goodput', 'adaptive_rule' or a K in 0..8, got {setting!r}")

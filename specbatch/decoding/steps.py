@@ -44,7 +44,12 @@ class StepRunner:
         if pair.draft is not None:
             self.models["draft"] = pair.draft
         self.stores: dict[str, KVStore] = {n: m.new_store(pool.num_slots) for n, m in self.models.items()}
-        self.costs: dict[str, PassCosts] = {name: PassCosts() for name in ("target", "draft")}
+        # Forward passes per network, and the rest of a step (tensors in and out, sampling,
+        # verification) per kind of step, fitted on the rows it ran.
+        self.costs: dict[str, PassCosts] = {
+            name: PassCosts() for name in ("target", "draft", "step_speculative", "step_plain")
+        }
+        self.pass_seconds = 0.0  # time spent in forward passes, for the step overhead
         # Optional instrumentation: called with (model name, row keys, tokens, positions,
         # real-token mask) before every forward pass.
         self.feed_observer: FeedObserver | None = None
@@ -68,6 +73,7 @@ class StepRunner:
         logits = self._pass(name, [r.blocks for r in rows], tokens, positions, real, logits_at)
         span = int(positions.max()) + 1
         seconds = time.perf_counter() - started
+        self.pass_seconds += seconds
         self.costs[name].observe(tokens.numel(), len(rows) * span, tokens.numel() * span, seconds)
         return logits
 
@@ -194,8 +200,26 @@ class StepRunner:
 
     # ---- decode steps -----------------------------------------------------------------
 
+    def _observe_overhead(self, kind: str, rows: int, started: float, passes_before: float) -> None:
+        overhead = time.perf_counter() - started - (self.pass_seconds - passes_before)
+        self.costs[kind].observe(rows, 0, 0, max(0.0, overhead))
+
     def plain_step(self, rows: Sequence[Row], name: str) -> list[list[int]]:
         """One token per row from the ``name`` model alone (target-only or draft-only)."""
+        started, passes_before = time.perf_counter(), self.pass_seconds
+        committed = self._plain_step(rows, name)
+        self._observe_overhead("step_plain", len(rows), started, passes_before)
+        return committed
+
+    def speculative_step(self, rows: Sequence[Row], lookahead: int) -> tuple[list[list[int]], list[int]]:
+        """Draft ``lookahead`` tokens per row, verify them in one target pass; returns the
+        committed tokens per row and the accepted draft count per row."""
+        started, passes_before = time.perf_counter(), self.pass_seconds
+        outcome = self._speculative_step(rows, lookahead)
+        self._observe_overhead("step_speculative", len(rows), started, passes_before)
+        return outcome
+
+    def _plain_step(self, rows: Sequence[Row], name: str) -> list[list[int]]:
         seq_len = torch.tensor([r.seq_len for r in rows], dtype=torch.long, device=self.device)
         pending = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=self.device)
         positions = (seq_len - 1).unsqueeze(1)
@@ -211,9 +235,7 @@ class StepRunner:
                 row.target_cached = row.seq_len
         return [[t] for t in token.tolist()]
 
-    def speculative_step(self, rows: Sequence[Row], lookahead: int) -> tuple[list[list[int]], list[int]]:
-        """Draft ``lookahead`` tokens per row, verify them in one target pass; returns the
-        committed tokens per row and the accepted draft count per row."""
+    def _speculative_step(self, rows: Sequence[Row], lookahead: int) -> tuple[list[list[int]], list[int]]:
         k = lookahead
         device = self.device
         params = self._params(rows)

@@ -74,6 +74,9 @@ class _RandomK:
     def record(self, drafted: int, accepted: int) -> None:
         pass
 
+    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
+        return True
+
 
 def test_rows_that_join_a_running_batch_are_exact() -> None:
     pair = _pair()
@@ -302,19 +305,47 @@ def _costs(per_token: float, fixed: float) -> PassCosts:
     return costs
 
 
+def _policy_costs(target: PassCosts, draft: PassCosts, overhead: float = 0.0) -> dict[str, PassCosts]:
+    steps = _costs(per_token=0.0, fixed=overhead)
+    return {"target": target, "draft": draft, "step_speculative": steps, "step_plain": _costs(0.0, overhead)}
+
+
 def test_goodput_speculates_when_verify_is_cheap_and_not_when_it_is_not() -> None:
     # memory-bound target: a pass costs about the same for 1 or 9 tokens per row
-    flat = GoodputLookahead(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
+    flat = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
+    )
     shape = BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)
     assert flat.choose(shape) >= 3
     low_alpha = BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)
     assert flat.choose(low_alpha) == 0
     # compute-bound target: every extra token costs a full token's time
-    steep = GoodputLookahead(_costs(per_token=1e-2, fixed=1e-4), _costs(per_token=2e-3, fixed=1e-4))
+    steep = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-2, fixed=1e-4), _costs(per_token=2e-3, fixed=1e-4))
+    )
     assert steep.choose(shape) == 0
     # a row about to finish gains nothing from a long lookahead
     short = BatchShape(alphas=[0.9], remaining=[2], span=10)
     assert flat.choose(short) <= 1
+
+
+def test_goodput_catches_a_lagging_draft_up_only_when_the_row_repays_it() -> None:
+    flat = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    )
+    assert flat.choose(BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)) > 0
+    assert flat.catch_up_pays(remaining=200, lag=50, span=60)
+    assert not flat.catch_up_pays(remaining=1, lag=500, span=510)
+    assert flat.choose(BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)) == 0
+    assert not flat.catch_up_pays(remaining=200, lag=50, span=60), "no catch-up while K = 0 pays best"
+
+
+def test_step_overhead_favours_longer_steps() -> None:
+    target, draft = _costs(per_token=1e-5, fixed=0.002), _costs(per_token=1e-6, fixed=0.001)
+    batch = BatchShape(alphas=[0.9], remaining=[100], span=50)
+    light = GoodputLookahead(_policy_costs(target, draft, overhead=0.0)).choose(batch)
+    heavy = GoodputLookahead(_policy_costs(target, draft, overhead=0.02)).choose(batch)
+    assert heavy > light
 
 
 def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
