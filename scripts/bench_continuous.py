@@ -226,7 +226,7 @@ def _mean_k(steps: dict[int, int]) -> float:
 def closed_loop(pair_name: str, pair: ModelPair, args) -> list[dict]:
     rows = []
     for concurrency in args.concurrency:
-        jobs = make_workload(pair, max(args.closed_requests, 2 * concurrency), 13, args.prompt_range)
+        jobs = make_workload(pair, max(args.closed_requests, concurrency), 13, args.prompt_range)
         baseline = None
         for policy in tqdm(POLICIES, desc=f"{pair_name} c={concurrency}", leave=False):
             lookahead = {"target_only": 0, "fixed_4": 4}.get(policy, policy)
@@ -372,8 +372,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_continuous.png"))
     args = parser.parse_args()
     args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(PAIRS))
-    args.open_requests = 40 if args.quick else 120
-    args.closed_requests = 6 if args.quick else 24
+    args.open_requests = 30 if args.quick else 120
+    args.closed_requests = 6 if args.quick else 64
     args.prompt_range = (16, 512)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
