@@ -45,16 +45,15 @@ def choose_config(requested: str) -> str | None:
 
 
 def ensure_tiny_models(root: Path) -> None:
-    """Build the embedded tiny Qwen3 pair the cpu config points at, if it is not there yet."""
-    models = root / ".models"
-    if (models / "tiny" / "target" / "config.json").exists() and (
-        models / "tiny" / "draft" / "config.json"
-    ).exists():
-        return
+    """Build the embedded tiny Qwen3 pair the cpu config points at, or bring an old build up to date.
+
+    An existing pair is kept; only its tokenizer's chat template is refreshed, so a
+    checkout that built the pair before the template changed serves the current one.
+    """
     from specbatch.decoding import build_tiny_pair
 
-    logger.info("building the tiny Qwen3 pair in %s", models / "tiny")
-    build_tiny_pair(models / "tiny")
+    logger.info("tiny Qwen3 pair in %s", root / ".models" / "tiny")
+    build_tiny_pair(root / ".models" / "tiny")
 
 
 def usage_banner(process: TritonProcess, public_host: str = "localhost") -> str:

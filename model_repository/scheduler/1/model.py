@@ -44,8 +44,10 @@ class TritonPythonModel:
         logs.install()
         config = json.loads(args["model_config"])
         settings = ModelSettings(config, project_root(args["model_repository"]))
-        count_tokens, max_context = load_token_counter(settings.model_path("target_model"))
-        self.intake = RequestIntake(build_limits(settings), count_tokens, max_context, time.monotonic)
+        count_tokens, max_context, render_chat = load_token_counter(settings.model_path("target_model"))
+        self.intake = RequestIntake(
+            build_limits(settings), count_tokens, max_context, time.monotonic, render_chat
+        )
         self.sla = build_sla(settings)
         self.cancel_poll_s = settings.number("cancel_poll_ms", 100.0) / 1000.0
         self.metrics = MetricRegistry("scheduler")
@@ -132,6 +134,9 @@ class TritonPythonModel:
             top_k=column("top_k"),
             stream=bool(stream is not None and stream.any()),
             timeout_s=timeout_us / 1e6 if timeout_us else None,
+            chat=column("chat"),
+            enable_thinking=column("enable_thinking"),
+            chat_history=column("chat_history"),
         )
 
     def publish_outcomes(self, outcomes, timings):
