@@ -20,6 +20,7 @@ from specbatch.serving.params import (
     ServingLimits,
     broadcast,
     decode_prompt,
+    decode_stop_words,
     sampling_params,
 )
 from specbatch.serving.tasks import ANSWER, GENERATE, PreparedPrompt, prepare_prompt
@@ -42,6 +43,7 @@ class RoutedRequest:
     chat: Sequence[bool] | None = None
     enable_thinking: Sequence[bool] | None = None
     chat_history: Sequence[bytes | str] | None = None
+    stop_words: Sequence[bytes | str] | None = None
 
 
 Completion = Callable[[list[PromptOutcome], list[PromptTiming]], None]
@@ -94,6 +96,7 @@ class RequestIntake:
             name: broadcast(getattr(request, name), count, name)
             for name in ("chat", "enable_thinking", "chat_history")
         }
+        stop = decode_stop_words(request.stop_words)
         tasks = broadcast(request.tasks, count, "task")
         predicted = broadcast(request.predicted_tokens, count, "predicted_tokens")
         assembly = RequestAssembly(count)
@@ -135,6 +138,7 @@ class RequestIntake:
                 sampling = sampling_params(
                     self._limits,
                     stream=request.stream,
+                    stop=stop,
                     **{k: (v[index] if v else None) for k, v in columns.items()},
                 )
                 prepared = prepare_prompt(text, task, _chat_format(index, **chat_columns))

@@ -77,8 +77,10 @@ def outcomes_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[PromptOutcome
 
 
 def work_arrays(mode: str, items: Sequence[WorkItem]) -> dict[str, np.ndarray]:
-    """The scheduler's BLS request to qwen3_specdec (the chat columns only when a row asks for chat)."""
+    """The scheduler's BLS request to qwen3_specdec (stop and chat columns only when a row has them)."""
+    stop = {"stop": strings([json.dumps(list(i.stop)) for i in items])} if any(i.stop for i in items) else {}
     return {
+        **stop,
         **_chat_arrays(items),
         "mode": strings([mode]),
         "prompt": strings([i.prompt for i in items]),
@@ -109,6 +111,7 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
     row_ids = texts(arrays["row_id"]) if "row_id" in arrays else [""] * count
     stream = column("stream", False)
     chats = _chat_from_arrays(arrays, count)
+    stops = [tuple(json.loads(v)) for v in texts(arrays["stop"])] if "stop" in arrays else [()] * count
     items = [
         WorkItem(
             prompt=prompts[i],
@@ -120,6 +123,7 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
             row_id=row_ids[i],
             stream=bool(stream[i]),
             chat=chats[i],
+            stop=stops[i],
         )
         for i in range(count)
     ]

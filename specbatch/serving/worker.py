@@ -42,6 +42,7 @@ class WorkItem:
     row_id: str = ""
     stream: bool = False
     chat: ChatFormat | None = None
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class BatchWorker:
                     temperature=item.temperature,
                     top_p=item.top_p,
                     top_k=item.top_k,
+                    stop=item.stop,
                 )
                 self._engine.validate(request)
             except ValueError as exc:
@@ -129,7 +131,7 @@ class BatchWorker:
 
         decode = self._engine.pair.tokenizer.decode
         streams = {
-            i: IncrementalDetokenizer(lambda ids: decode(ids, skip_special_tokens=True))
+            i: IncrementalDetokenizer(lambda ids: decode(ids, skip_special_tokens=True), items[row].stop)
             for i, row in enumerate(rows)
             if items[row].stream and on_deltas is not None
         }

@@ -82,6 +82,7 @@ def work_items(jobs: Sequence[PromptJob]) -> list[WorkItem]:
             row_id=job.row_id,
             stream=job.on_delta is not None,
             chat=job.prepared.chat,
+            stop=job.sampling.stop,
         )
         for job in jobs
     ]

@@ -34,7 +34,7 @@ from specbatch.triton.tensors import arrays_of, error_response, response
 
 INPUTS = (
     "mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices", "row_id", "stream",
-    "chat", "enable_thinking", "chat_history", "assistant_prefix",
+    "stop", "chat", "enable_thinking", "chat_history", "assistant_prefix",
 )
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 logger = logging.getLogger("specbatch.qwen3_specdec")

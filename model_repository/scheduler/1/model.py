@@ -137,6 +137,7 @@ class TritonPythonModel:
             chat=column("chat"),
             enable_thinking=column("enable_thinking"),
             chat_history=column("chat_history"),
+            stop_words=column("stop_words"),
         )
 
     def publish_outcomes(self, outcomes, timings):
