@@ -114,26 +114,9 @@ class TritonUpstream:
         return {name: result.as_numpy(name) for name in ROUTER_OUTPUTS}
 
     def _scheduler_request(self, call: Call, routed: dict[str, np.ndarray]) -> dict:
-        arrays: dict[str, np.ndarray] = {"text_input": _strings(call.prompts), **routed}
-        arrays["stream"] = np.array([[call.stream]], dtype=np.bool_)
-        optional = {
-            "max_tokens": (call.max_tokens, np.int32),
-            "temperature": (call.temperature, np.float32),
-            "top_p": (call.top_p, np.float32),
-        }
-        for name, (value, dtype) in optional.items():
-            if value is not None:
-                arrays[name] = np.array([[value]], dtype=dtype)
-        if call.stop:
-            arrays["stop_words"] = _strings(call.stop)
-        if call.kind == "chat":
-            arrays["chat"] = np.array([[True]], dtype=np.bool_)
-            arrays["enable_thinking"] = np.array([[call.enable_thinking]], dtype=np.bool_)
-            arrays["chat_history"] = _strings([call.chat_history])
         inputs = []
-        for name, array in arrays.items():
-            datatype = "BYTES" if array.dtype == np.object_ else "BOOL" if array.dtype == np.bool_ else None
-            tensor = grpcclient.InferInput(name, list(array.shape), datatype or _numeric(array.dtype))
+        for name, array in scheduler_arrays(call, routed).items():
+            tensor = grpcclient.InferInput(name, list(array.shape), triton_datatype(array.dtype))
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         return {
@@ -144,12 +127,34 @@ class TritonUpstream:
         }
 
 
+def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The scheduler step's inputs, as the ensemble would fill them: one batch entry [1, N]."""
+    arrays: dict[str, np.ndarray] = {"text_input": _strings(call.prompts), **routed}
+    arrays["stream"] = np.array([[call.stream]], dtype=np.bool_)
+    optional = {
+        "max_tokens": (call.max_tokens, np.int32),
+        "temperature": (call.temperature, np.float32),
+        "top_p": (call.top_p, np.float32),
+    }
+    for name, (value, dtype) in optional.items():
+        if value is not None:
+            arrays[name] = np.array([[value]], dtype=dtype)
+    if call.stop:
+        arrays["stop_words"] = _strings(call.stop)
+    if call.kind == "chat":
+        arrays["chat"] = np.array([[True]], dtype=np.bool_)
+        arrays["enable_thinking"] = np.array([[call.enable_thinking]], dtype=np.bool_)
+        arrays["chat_history"] = _strings([call.chat_history])
+    return arrays
+
+
+def triton_datatype(dtype: np.dtype) -> str:
+    names = {np.object_: "BYTES", np.bool_: "BOOL", np.int32: "INT32", np.float32: "FP32"}
+    return {np.dtype(k): v for k, v in names.items()}[np.dtype(dtype)]
+
+
 async def _one(request: dict) -> AsyncIterator[dict]:
     yield request
-
-
-def _numeric(dtype: np.dtype) -> str:
-    return {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}[np.dtype(dtype)]
 
 
 def _strings(values) -> np.ndarray:
