@@ -58,7 +58,7 @@ class TritonPythonModel:
             device=device,
             dtype=settings.raw("dtype", "auto"),
         )
-        engine = Engine(
+        self.engine = engine = Engine(
             pair,
             lookahead=settings.raw("lookahead", "goodput"),
             kv_memory_budget_bytes=int(settings.number("kv_memory_budget_gb") * (1 << 30)),
@@ -67,6 +67,9 @@ class TritonPythonModel:
         self.worker = BatchWorker(engine, CancelBoard.for_server())
         self.triton_batching = config.get("max_batch_size", 0) > 0
         self.metrics = MetricRegistry("qwen3_specdec")
+        self.metrics.declare_counter(
+            "specbatch_worker_errors_total", "Worker batches that failed", instance=self.instance
+        )
         logger.info("%s ready on %s (free KV %d tokens)", self.instance, device, self.worker.free_kv_tokens)
 
     def execute(self, requests):
@@ -148,6 +151,7 @@ class TritonPythonModel:
             result.free_kv_tokens,
             instance=inst,
         )
+        m.set("specbatch_lookahead", "Draft tokens per step (K) now", self.engine.snapshot().lookahead, instance=inst)
         m.set(
             "specbatch_last_batch_rows",
             "Rows in this instance's last batch",

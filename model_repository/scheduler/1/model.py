@@ -29,7 +29,7 @@ from specbatch.serving.scheduler_setup import (
 )
 from specbatch.serving.settings import ModelSettings, project_root
 from specbatch.triton import logs
-from specbatch.triton.metrics import MetricRegistry
+from specbatch.triton.metrics import MetricRegistry, declare_outcome_counters
 from specbatch.triton.tensors import error_response, optional_array, required_array, response
 from specbatch.triton.workers import BlsWorkerBackend
 
@@ -51,6 +51,7 @@ class TritonPythonModel:
         self.sla = build_sla(settings)
         self.cancel_poll_s = settings.number("cancel_poll_ms", 100.0) / 1000.0
         self.metrics = MetricRegistry("scheduler")
+        declare_outcome_counters(self.metrics, self.sla)
         self.pending = PendingRequests()
         board = CancelBoard.for_server()
         board.reset()
@@ -179,12 +180,17 @@ class TritonPythonModel:
                     TPOT_BUCKETS,
                     task=task,
                 )
-            for bound in self.sla.violations(timing):
+            violations = self.sla.violations(timing)
+            for bound in violations:
                 m.increment(
                     "specbatch_sla_violations_total",
                     "Prompts that broke an SLA bound",
                     task=task,
                     bound=bound,
+                )
+            if not violations:
+                m.increment(
+                    "specbatch_goodput_prompts_total", "Prompts served within every SLA bound", task=task
                 )
 
     def _publish_batch(self, kind, size, snapshot):
