@@ -10,7 +10,7 @@ from aiohttp import web
 from specbatch.openai.app import build_app
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specbatch.openai", description=__doc__)
     parser.add_argument("--grpc-url", default="localhost:8001", help="tritonserver's gRPC endpoint")
     parser.add_argument("--host", default="0.0.0.0")
@@ -26,7 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     app = build_app(args.grpc_url, args.model_name or ["specbatch"], args.max_pending)
     web.run_app(
