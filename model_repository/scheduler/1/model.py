@@ -123,6 +123,9 @@ class TritonPythonModel:
             return None if array is None else array.tolist()
 
         stream = optional_array(request, "stream")
+        exclude_input = optional_array(request, "exclude_input_in_output")
+        if exclude_input is not None and not exclude_input.all():
+            raise ValueError("exclude_input_in_output=false is not supported: outputs never hold the prompt")
         timeout_us = request.timeout()
         return RoutedRequest(
             prompts=required_array(request, "text_input").tolist(),
