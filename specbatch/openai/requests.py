@@ -1,7 +1,8 @@
 """OpenAI request bodies, validated into one `Call` the pipeline understands.
 
 What the pipeline cannot honour is refused with a 400 naming the parameter, never
-silently ignored: several choices (`n` > 1), logprobs, echo, tools, token-id prompts.
+silently ignored: several choices (`n` > 1), logprobs, echo, tools, token-id prompts,
+and the vLLM extensions `ignore_eos` and `min_tokens` (rows always stop at EOS).
 A chat request becomes its last user message (which the router classifies) plus the
 earlier turns, which the model instance renders with Qwen3's chat template.
 """
@@ -28,6 +29,8 @@ _UNSUPPORTED = {
     "tools": (None, []),
     "functions": (None, []),
     "logit_bias": (None, {}),
+    "ignore_eos": (None, False),
+    "min_tokens": (None, 0),
 }
 
 

@@ -67,6 +67,7 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"model": "m", "prompt": "x", "stop": [1]}, "stop"),
         ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
         ({"model": "m", "prompt": "x", "echo": True}, "echo"),
+        ({"model": "m", "prompt": "x", "ignore_eos": True}, "ignore_eos"),
     ],
 )
 def test_bad_completions_name_the_parameter(body, param):
