@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from specbatch.decoding.tiny import refresh_chat_template
+from specbatch.decoding.tiny import build_tiny_pair, refresh_chat_template
 from specbatch.decoding.tokenizer_build import CHAT_TEMPLATE, build_tokenizer
 from specbatch.serving.chat import ChatFormat, model_prompt, parse_history, render_chat
 from specbatch.serving.intake import RequestIntake, RoutedRequest
@@ -60,6 +60,18 @@ def test_an_old_build_gets_the_current_template_once(tokenizer_dir: Path, tmp_pa
     assert refresh_chat_template(tmp_path) is True
     assert AutoTokenizer.from_pretrained(tmp_path).chat_template == CHAT_TEMPLATE
     assert refresh_chat_template(tmp_path) is False
+
+
+def test_reusing_an_old_build_refreshes_both_tokenizers(tokenizer_dir: Path, tmp_path: Path):
+    old = AutoTokenizer.from_pretrained(tokenizer_dir)
+    old.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    for name in ("target", "draft"):
+        old.save_pretrained(tmp_path / name)
+        (tmp_path / name / "config.json").write_text("{}")
+    (tmp_path / "controlled.json").write_text("{}")
+    assert build_tiny_pair(tmp_path) == (tmp_path / "target", tmp_path / "draft")
+    for name in ("target", "draft"):
+        assert AutoTokenizer.from_pretrained(tmp_path / name).chat_template == CHAT_TEMPLATE
 
 
 def test_render_chat_puts_history_first_and_the_prefix_last(tokenizer):
