@@ -180,8 +180,8 @@ class _Engine:
         self.last_step_seconds_per_token = 0.0
         self.prompts: list[str] = []
 
-    def free_kv_tokens(self, budget: int) -> int:
-        return budget
+    def snapshot(self):
+        return type("Snapshot", (), {"free_tokens": 1024, "seconds_per_token": 0.0})()
 
     def score_choices(self, prompts, choices):
         self.prompts += prompts
@@ -194,7 +194,7 @@ def test_the_instance_renders_chat_rows_before_the_engine_sees_them(tokenizer):
         WorkItem("Q?", 1, continuations=("A", "B"), chat=ChatFormat(assistant_prefix="The answer is (")),
         WorkItem("Q? Answer:", 1, continuations=(" A", " B")),
     ]
-    result = BatchWorker(engine, 1 << 20).run("score", items)
+    result = BatchWorker(engine).run("score", items)
     assert [o.text for o in result.outcomes] == ["A", " A"]
     assert engine.prompts == [
         "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is (",

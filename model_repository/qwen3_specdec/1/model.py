@@ -151,7 +151,8 @@ class TritonPythonModel:
             result.free_kv_tokens,
             instance=inst,
         )
-        m.set("specbatch_lookahead", "Draft tokens per step (K) now", self.engine.snapshot().lookahead, instance=inst)
+        k = self.engine.snapshot().lookahead
+        m.set("specbatch_lookahead", "Draft tokens per step (K) now", k, instance=inst)
         m.set(
             "specbatch_last_batch_rows",
             "Rows in this instance's last batch",
