@@ -211,7 +211,7 @@ def test_past_its_bound_the_front_answers_503_at_once(server, tmp_path):
         started = time.monotonic()
         with pytest.raises(openai.InternalServerError) as caught:
             client.completions.create(model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=4)
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 5.0, "the front queued instead of refusing"
         assert caught.value.status_code == 503 and caught.value.body["code"] == "overloaded"
         busy.close()
     finally:
