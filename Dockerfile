@@ -16,12 +16,14 @@ COPY scripts ./scripts
 
 # The image's torch stays: install the other dependencies, then the package without deps.
 RUN pip install "transformers>=4.51" "safetensors>=0.4" "tokenizers>=0.21" "tritonclient[all]>=2.50" \
-        numpy tqdm pyyaml \
+        "aiohttp>=3.9" numpy tqdm pyyaml \
  && pip install --no-deps . \
  && chown -R triton-server:triton-server /opt/specbatch
 
 USER triton-server
-EXPOSE 8000 8001 8002
+# 9000: the OpenAI-compatible front, run as a second container of this image:
+#   python3 -m specbatch.openai --grpc-url localhost:8001 --port 9000
+EXPOSE 8000 8001 8002 9000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=600s --retries=3 \
     CMD python3 -c "import urllib.request; urllib.request.urlopen('http://localhost:8000/v2/health/ready', timeout=4)"
 

@@ -4,8 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbatch-installed
 PROFILE ?= loadtest/profiles/smoke.yaml
+# NVIDIA AIPerf (Python >= 3.11) lives in its own virtualenv: its dependencies are many
+# and pinned, and the project's environment stays as it is.
+AIPERF_VENV ?= .venv-aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.aiperf-installed
 
-.PHONY: setup models serve test lint bench loadtest clean
+.PHONY: setup models serve test lint bench loadtest aiperf clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,5 +45,16 @@ bench: setup
 	$(BIN)/python -m specbatch.scheduling.simulate all --out results/scheduling
 	$(BIN)/python scripts/bench_policies.py --out results/bench_policies.json
 
+$(AIPERF_STAMP):
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install --quiet --upgrade pip
+	$(AIPERF_VENV)/bin/pip install --quiet aiperf==0.13.0
+	touch $(AIPERF_STAMP)
+
+# URL=http://host:9000 benchmarks a running OpenAI front instead of starting one here.
+aiperf: setup $(AIPERF_STAMP)
+	$(BIN)/python scripts/aiperf_bench.py --aiperf $(AIPERF_VENV)/bin/aiperf --out results/aiperf \
+		$(if $(URL),--url $(URL))
+
 clean:
-	rm -rf $(VENV) .models results .pytest_cache
+	rm -rf $(VENV) $(AIPERF_VENV) .models results .pytest_cache

@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     serve_cmd.add_argument("--grpc-port", type=int, default=8001)
     serve_cmd.add_argument("--metrics-port", type=int, default=8002)
     serve_cmd.add_argument("--log-verbose", type=int, default=0)
+    serve_cmd.add_argument(
+        "--openai-port", type=int, default=9000, help="port of the OpenAI-compatible front (/v1)"
+    )
+    serve_cmd.add_argument("--no-openai", action="store_true", help="do not start the OpenAI front")
 
     build_cmd = commands.add_parser("build-models", help="build the deterministic tiny Qwen3 pair")
     build_cmd.add_argument(
@@ -37,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.command == "serve":
         return serve(
-            args.config, Ports(args.http_port, args.grpc_port, args.metrics_port), args.host, args.log_verbose
+            args.config,
+            Ports(args.http_port, args.grpc_port, args.metrics_port),
+            args.host,
+            args.log_verbose,
+            openai_port=None if args.no_openai else args.openai_port,
         )
     from specbatch.decoding import build_tiny_pair
 

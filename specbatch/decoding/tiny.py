@@ -218,6 +218,8 @@ def build_controlled_pair(
     target_dir, draft_dir = out_dir / "target", out_dir / "draft"
     if _pair_is_built(out_dir) and not force:
         logger.info("%s already built; skipping (use force to rebuild)", out_dir)
+        for directory in (target_dir, draft_dir):
+            refresh_chat_template(directory)
         return target_dir, draft_dir
     with tempfile.TemporaryDirectory() as scratch:
         build_tokenizer(Path(scratch))
@@ -246,6 +248,25 @@ def build_controlled_pair(
     (out_dir / "controlled.json").write_text(json.dumps(record, indent=2) + "\n")
     logger.info("built %s: %s", out_dir, record)
     return target_dir, draft_dir
+
+
+def refresh_chat_template(model_dir: Path) -> bool:
+    """Give a pair built by an older version the current chat template; True if it changed.
+
+    The template is tokenizer configuration only: vocabulary and weights stay as they are,
+    so an existing build is brought up to date without retraining or recalibrating.
+    """
+    from transformers import AutoTokenizer
+
+    from specbatch.decoding.tokenizer_build import CHAT_TEMPLATE
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.chat_template == CHAT_TEMPLATE:
+        return False
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(model_dir)
+    logger.info("%s: chat template updated to Qwen3's", model_dir)
+    return True
 
 
 def build_tiny_pair(out_dir: Path, force: bool = False) -> tuple[Path, Path]:

@@ -13,12 +13,10 @@ from pathlib import Path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+# Qwen3's own chat template (Qwen/Qwen3-8B tokenizer_config.json, Apache-2.0): system turn,
+# tools, reasoning content of earlier assistant turns, and the `enable_thinking` switch
+# whose False value opens the assistant turn with an empty think block (non-thinking mode).
+CHAT_TEMPLATE = (Path(__file__).with_name("qwen3_chat_template.jinja")).read_text().rstrip("\n")
 
 _WORDS = " ".join(
     (

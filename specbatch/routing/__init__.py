@@ -8,10 +8,12 @@ with :func:`solve_graph` and builds the engine prompts for mmlu and infobench he
 from .classify import TASKS, build_fallback_prompt, classify, resolve_task, route_evidence
 from .errors import GraphError, MMLUParseError, RoutingError
 from .graph import format_submit_paths, k_shortest_paths, parse_graph, solve_graph
-from .infobench import InfoBenchPrompt, build_infobench_prompt, parse_infobench
+from .infobench import InfoBenchPrompt, build_infobench_prompt, infobench_chat_content, parse_infobench
 from .length import LengthPredictor
 from .mmlu import (
+    CHAT_ANSWER_PREFIX,
     MMLUQuestion,
+    build_chat_question,
     build_scoring_prompt,
     extract_choice_letter,
     format_mmlu_answer,
@@ -22,6 +24,7 @@ from .mmlu import (
 from .workload import WorkloadPrompt, generate_workload
 
 __all__ = [
+    "CHAT_ANSWER_PREFIX",
     "TASKS",
     "GraphError",
     "InfoBenchPrompt",
@@ -30,6 +33,7 @@ __all__ = [
     "MMLUQuestion",
     "RoutingError",
     "WorkloadPrompt",
+    "build_chat_question",
     "build_fallback_prompt",
     "build_infobench_prompt",
     "build_scoring_prompt",
@@ -38,6 +42,7 @@ __all__ = [
     "format_mmlu_answer",
     "format_submit_paths",
     "generate_workload",
+    "infobench_chat_content",
     "k_shortest_paths",
     "majority_vote",
     "parse_graph",

@@ -80,6 +80,17 @@ def _think_hint(think_tokens: int | None) -> str:
     return f" Think for {think_tokens} tokens."
 
 
+def infobench_chat_content(prompt: str, *, think_tokens: int | None = None) -> str:
+    """The user turn of an open instruction in chat form: the instruction, then its input.
+
+    A chat model needs no ``Instruction:``/``Generation:`` frame: the template marks
+    whose turn it is, so either rendering becomes the bare instruction and its input.
+    """
+    parsed = parse_infobench(prompt)
+    instruction = parsed.instruction + _think_hint(think_tokens)
+    return f"{parsed.preamble}{instruction}" + (f"\n\n{parsed.input}" if parsed.input else "")
+
+
 def build_infobench_prompt(
     prompt: str,
     *,
@@ -96,11 +107,11 @@ def build_infobench_prompt(
     turn with the Qwen3 chat template and thinking disabled — through
     ``tokenizer.apply_chat_template`` when a tokenizer is given, else Qwen3's own layout.
     """
-    parsed = parse_infobench(prompt)
-    instruction = parsed.instruction + _think_hint(think_tokens)
     if not chat_template:
+        parsed = parse_infobench(prompt)
+        instruction = parsed.instruction + _think_hint(think_tokens)
         return f"{parsed.preamble}Instruction: {instruction}\nQuestion: {parsed.input}\nGeneration:"
-    content = f"{parsed.preamble}{instruction}" + (f"\n\n{parsed.input}" if parsed.input else "")
+    content = infobench_chat_content(prompt, think_tokens=think_tokens)
     if tokenizer is None:
         return QWEN3_NO_THINKING_TEMPLATE.format(content=content)
     return tokenizer.apply_chat_template(

@@ -194,6 +194,23 @@ def build_scoring_prompt(question: MMLUQuestion) -> str:
     )
 
 
+CHAT_ANSWER_PREFIX = "The answer is ("
+
+
+def build_chat_question(question: MMLUQuestion) -> str:
+    """The user turn of a question in chat form; the assistant's turn then starts with
+    :data:`CHAT_ANSWER_PREFIX` and the engine scores each bare label after it."""
+    subject = f" about {question.subject}" if question.subject else ""
+    if len(question.labels) != len(question.choices) or not question.labels:
+        raise MMLUParseError("a question needs one choice per label and at least one label")
+    pairs = zip(question.labels, question.choices, strict=True)
+    options = "\n".join(f"{label}. {choice}" for label, choice in pairs)
+    return (
+        f"The following is a multiple choice question{subject}. "
+        f'Answer in the format "The answer is (X)".\n\n{question.stem}\n{options}'
+    )
+
+
 def scoring_continuations(question: MMLUQuestion) -> list[str]:
     """The continuation scored for each label, in label order: ``" A"``, ``" B"``, ..."""
     return [f" {label}" for label in question.labels]

@@ -73,8 +73,17 @@ def _prepare_backend_directory(wheel_root: Path, cache_dir: Path) -> Path:
             continue
         dest = target / source.name
         if not dest.exists() or dest.stat().st_mtime < source.stat().st_mtime:
-            shutil.copy2(source, dest)
+            _replace_atomically(source, dest)
     return target.parent
+
+
+def _replace_atomically(source: Path, dest: Path) -> None:
+    """Copy beside `dest`, then rename over it: a server of another checkout may be running
+    the old stub, and writing into an executable in use fails (ETXTBSY) where a rename
+    does not (that server keeps its open copy)."""
+    partial = dest.with_name(f".{dest.name}.{os.getpid()}")
+    shutil.copy2(source, partial)
+    os.replace(partial, dest)
 
 
 def _libpython_dir() -> str:

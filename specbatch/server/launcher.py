@@ -12,6 +12,7 @@ import logging
 import signal
 from pathlib import Path
 
+from specbatch.server.openai_process import OpenAIFrontProcess
 from specbatch.server.process import Ports, ServerOptions, TritonProcess
 
 logger = logging.getLogger(__name__)
@@ -45,25 +46,32 @@ def choose_config(requested: str) -> str | None:
 
 
 def ensure_tiny_models(root: Path) -> None:
-    """Build the embedded tiny Qwen3 pair the cpu config points at, if it is not there yet."""
-    models = root / ".models"
-    if (models / "tiny" / "target" / "config.json").exists() and (
-        models / "tiny" / "draft" / "config.json"
-    ).exists():
-        return
+    """Build the embedded tiny Qwen3 pair the cpu config points at, or bring an old build up to date.
+
+    An existing pair is kept; only its tokenizer's chat template is refreshed, so a
+    checkout that built the pair before the template changed serves the current one.
+    """
     from specbatch.decoding import build_tiny_pair
 
-    logger.info("building the tiny Qwen3 pair in %s", models / "tiny")
-    build_tiny_pair(models / "tiny")
+    logger.info("tiny Qwen3 pair in %s", root / ".models" / "tiny")
+    build_tiny_pair(root / ".models" / "tiny")
 
 
-def usage_banner(process: TritonProcess, public_host: str = "localhost") -> str:
+def usage_banner(
+    process: TritonProcess, openai_port: int | None = None, public_host: str = "localhost"
+) -> str:
     ports = process.options.ports
+    openai = (
+        f"  OpenAI   http://{public_host}:{openai_port}/v1   (completions, chat/completions, models)\n"
+        if openai_port
+        else ""
+    )
     return (
         f"specbatch is ready\n"
         f"  HTTP     http://{public_host}:{ports.http}   (/v2/models/specbatch/generate, /generate_stream)\n"
         f"  gRPC     {public_host}:{ports.grpc}          (ModelStreamInfer)\n"
         f"  metrics  http://{public_host}:{ports.metrics}/metrics\n"
+        f"{openai}"
         f"try:\n"
         f"  curl -s -X POST http://{public_host}:{ports.http}/v2/models/specbatch/generate \\\n"
         f'    -d \'{{"text_input": ["Instruction: Name three colours.\\nQuestion: \\nGeneration:"], '
@@ -72,33 +80,48 @@ def usage_banner(process: TritonProcess, public_host: str = "localhost") -> str:
 
 
 def serve(
-    config: str = "auto", ports: Ports | None = None, host: str = "0.0.0.0", log_verbose: int = 0
+    config: str = "auto",
+    ports: Ports | None = None,
+    host: str = "0.0.0.0",
+    log_verbose: int = 0,
+    openai_port: int | None = 9000,
 ) -> int:
-    """Run until SIGINT/SIGTERM; returns tritonserver's exit code."""
+    """Run until SIGINT/SIGTERM; returns tritonserver's exit code.
+
+    With `openai_port`, the OpenAI-compatible front runs beside the server once it is
+    ready, forwarding to its gRPC port; both get the signal and drain together.
+    """
     root = project_root()
     config_name = choose_config(config)
     if config_name == "cpu":
         ensure_tiny_models(root)
+    ports = ports or Ports()
     process = TritonProcess(
-        ServerOptions(
-            root=root, config_name=config_name, ports=ports or Ports(), host=host, log_verbose=log_verbose
-        )
+        ServerOptions(root=root, config_name=config_name, ports=ports, host=host, log_verbose=log_verbose)
     )
+    grpc_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    front = OpenAIFrontProcess(f"{grpc_host}:{ports.grpc}", openai_port, host) if openai_port else None
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
         logger.info("received %s: draining in-flight requests", signal.Signals(signum).name)
-        if process.process is not None and process.process.poll() is None:
-            process.process.send_signal(signal.SIGTERM)
+        for child in (front.process if front else None, process.process):
+            if child is not None and child.poll() is None:
+                child.send_signal(signal.SIGTERM)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         process.start()
         process.wait_ready()
-        print(usage_banner(process), flush=True)
+        if front is not None:
+            front.start()
+            front.wait_ready()
+        print(usage_banner(process, openai_port), flush=True)
         code = process.process.wait() if process.process is not None else 1
     finally:
+        if front is not None:
+            front.stop()
         process.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)

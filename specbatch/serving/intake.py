@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specbatch.serving.chat import ChatFormat, parse_history
 from specbatch.serving.dispatcher import PromptJob
 from specbatch.serving.latency import PromptTiming
 from specbatch.serving.outcomes import PromptOutcome, RequestAssembly
@@ -19,6 +20,7 @@ from specbatch.serving.params import (
     ServingLimits,
     broadcast,
     decode_prompt,
+    decode_stop_words,
     sampling_params,
 )
 from specbatch.serving.tasks import ANSWER, GENERATE, PreparedPrompt, prepare_prompt
@@ -38,10 +40,15 @@ class RoutedRequest:
     top_k: Sequence[int] | None = None
     stream: bool = False
     timeout_s: float | None = None
+    chat: Sequence[bool] | None = None
+    enable_thinking: Sequence[bool] | None = None
+    chat_history: Sequence[bytes | str] | None = None
+    stop_words: Sequence[bytes | str] | None = None
 
 
 Completion = Callable[[list[PromptOutcome], list[PromptTiming]], None]
 DeltaOut = Callable[[int, str, str], None]
+ChatRenderer = Callable[[str, ChatFormat], str]
 
 
 class RequestIntake:
@@ -53,11 +60,15 @@ class RequestIntake:
         count_tokens: Callable[[str], int],
         max_context: int,
         clock: Callable[[], float],
+        render_chat: ChatRenderer | None = None,
     ) -> None:
+        """`render_chat(content, chat)` is the instance's rendering of a chat prompt, so a
+        conversation is counted against the context exactly as the model will see it."""
         self._limits = limits
         self._count_tokens = count_tokens
         self._max_context = max_context
         self._clock = clock
+        self._render_chat = render_chat
         self._serial = itertools.count()
 
     def admit(
@@ -81,6 +92,11 @@ class RequestIntake:
         route_errors = (
             broadcast(request.route_errors, count, "route_error") if request.route_errors else [""] * count
         )
+        chat_columns = {
+            name: broadcast(getattr(request, name), count, name)
+            for name in ("chat", "enable_thinking", "chat_history")
+        }
+        stop = decode_stop_words(request.stop_words)
         tasks = broadcast(request.tasks, count, "task")
         predicted = broadcast(request.predicted_tokens, count, "predicted_tokens")
         assembly = RequestAssembly(count)
@@ -122,9 +138,10 @@ class RequestIntake:
                 sampling = sampling_params(
                     self._limits,
                     stream=request.stream,
+                    stop=stop,
                     **{k: (v[index] if v else None) for k, v in columns.items()},
                 )
-                prepared = prepare_prompt(text, task)
+                prepared = prepare_prompt(text, task, _chat_format(index, **chat_columns))
                 if prepared.kind == ANSWER:
                     immediate.append((index, PromptOutcome(text=prepared.answer, task=task)))
                     continue
@@ -152,7 +169,10 @@ class RequestIntake:
         return jobs
 
     def _check_context(self, prepared: PreparedPrompt, max_tokens: int) -> int:
-        input_tokens = self._count_tokens(prepared.model_prompt)
+        text = prepared.model_prompt
+        if prepared.chat is not None and self._render_chat is not None:
+            text = self._render_chat(text, prepared.chat)
+        input_tokens = self._count_tokens(text)
         needed = input_tokens + (max_tokens if prepared.kind == GENERATE else 1)
         if needed > self._max_context:
             raise PromptError(
@@ -160,3 +180,18 @@ class RequestIntake:
                 f"over the model context of {self._max_context} tokens"
             )
         return input_tokens
+
+
+def _chat_format(
+    index: int,
+    chat: Sequence[bool] | None,
+    enable_thinking: Sequence[bool] | None,
+    chat_history: Sequence[bytes | str] | None,
+) -> ChatFormat | None:
+    """Prompt `index`'s chat format, or None for a raw completion (the default)."""
+    history = parse_history(chat_history[index]) if chat_history else ()
+    if not (chat and chat[index]):
+        if history:
+            raise PromptError("chat_history needs chat=true")
+        return None
+    return ChatFormat(history=history, enable_thinking=bool(enable_thinking and enable_thinking[index]))

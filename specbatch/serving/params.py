@@ -31,6 +31,25 @@ class SamplingParams:
     top_p: float
     top_k: int
     stream: bool = False
+    stop: tuple[str, ...] = ()
+
+
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256
+
+
+def decode_stop_words(raw: Sequence[bytes | str] | None) -> tuple[str, ...]:
+    """The request's stop strings (the TensorRT-LLM `stop_words` input); empty entries are ignored."""
+    if raw is None:
+        return ()
+    words = tuple(
+        w for w in (v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in raw) if w
+    )
+    if len(words) > MAX_STOP_STRINGS or any(len(w) > MAX_STOP_CHARS for w in words):
+        raise RequestError(
+            f"stop_words: at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters"
+        )
+    return words
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,7 @@ def sampling_params(
     top_p: float | None = None,
     top_k: int | None = None,
     stream: bool = False,
+    stop: tuple[str, ...] = (),
 ) -> SamplingParams:
     """Validate one prompt's parameters against the server's limits and fill defaults."""
     tokens = limits.default_max_tokens if max_tokens is None else int(max_tokens)
@@ -115,4 +135,6 @@ def sampling_params(
     k = 0 if top_k is None else int(top_k)
     if k < 0:
         raise PromptError(f"top_k must be >= 0 (0 disables it), got {k}")
-    return SamplingParams(max_tokens=tokens, temperature=temp, top_p=p, top_k=k, stream=bool(stream))
+    return SamplingParams(
+        max_tokens=tokens, temperature=temp, top_p=p, top_k=k, stream=bool(stream), stop=tuple(stop)
+    )

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from specbatch.serving.chat import ChatFormat, parse_history
 from specbatch.serving.dispatcher import BatchResult
 from specbatch.serving.outcomes import PromptOutcome
 from specbatch.serving.worker import WorkerResult, WorkItem
@@ -76,8 +77,11 @@ def outcomes_from_arrays(arrays: Mapping[str, np.ndarray]) -> list[PromptOutcome
 
 
 def work_arrays(mode: str, items: Sequence[WorkItem]) -> dict[str, np.ndarray]:
-    """The scheduler's BLS request to qwen3_specdec."""
+    """The scheduler's BLS request to qwen3_specdec (stop and chat columns only when a row has them)."""
+    stop = {"stop": strings([json.dumps(list(i.stop)) for i in items])} if any(i.stop for i in items) else {}
     return {
+        **stop,
+        **_chat_arrays(items),
         "mode": strings([mode]),
         "prompt": strings([i.prompt for i in items]),
         "max_tokens": np.array([i.max_tokens for i in items], dtype=np.int32),
@@ -106,6 +110,8 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
     )
     row_ids = texts(arrays["row_id"]) if "row_id" in arrays else [""] * count
     stream = column("stream", False)
+    chats = _chat_from_arrays(arrays, count)
+    stops = [tuple(json.loads(v)) for v in texts(arrays["stop"])] if "stop" in arrays else [()] * count
     items = [
         WorkItem(
             prompt=prompts[i],
@@ -116,10 +122,36 @@ def work_from_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[str, list[WorkIt
             continuations=choices[i],
             row_id=row_ids[i],
             stream=bool(stream[i]),
+            chat=chats[i],
+            stop=stops[i],
         )
         for i in range(count)
     ]
     return mode, items
+
+
+def _chat_arrays(items: Sequence[WorkItem]) -> dict[str, np.ndarray]:
+    if all(item.chat is None for item in items):
+        return {}
+    formats = [item.chat or ChatFormat() for item in items]
+    return {
+        "chat": np.array([item.chat is not None for item in items], dtype=np.bool_),
+        "enable_thinking": np.array([f.enable_thinking for f in formats], dtype=np.bool_),
+        "chat_history": strings([f.history_json() if f.history else "" for f in formats]),
+        "assistant_prefix": strings([f.assistant_prefix for f in formats]),
+    }
+
+
+def _chat_from_arrays(arrays: Mapping[str, np.ndarray], count: int) -> list[ChatFormat | None]:
+    if "chat" not in arrays:
+        return [None] * count
+    chat = arrays["chat"].reshape(-1).tolist()
+    thinking = arrays["enable_thinking"].reshape(-1).tolist()
+    history, prefix = texts(arrays["chat_history"]), texts(arrays["assistant_prefix"])
+    return [
+        ChatFormat(parse_history(history[i]), bool(thinking[i]), prefix[i]) if chat[i] else None
+        for i in range(count)
+    ]
 
 
 def worker_result_arrays(result: WorkerResult) -> dict[str, np.ndarray]:

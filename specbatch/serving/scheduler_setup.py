@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specbatch.scheduling import PolicyConfig, SchedulingPolicy
+from specbatch.serving.chat import ChatFormat, render_chat
+from specbatch.serving.intake import ChatRenderer
 from specbatch.serving.latency import SlaTargets
 from specbatch.serving.params import ServingLimits
 from specbatch.serving.settings import ConfigError, ModelSettings
@@ -63,8 +65,8 @@ def build_policy(settings: ModelSettings, workers: list[str]) -> SchedulingPolic
     return SchedulingPolicy(config, workers)
 
 
-def load_token_counter(model_path: str) -> tuple[Callable[[str], int], int]:
-    """The target tokenizer's token count and the target's context length."""
+def load_token_counter(model_path: str) -> tuple[Callable[[str], int], int, ChatRenderer]:
+    """The target tokenizer's token count, the target's context length, and its chat rendering."""
     from transformers import AutoConfig, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -73,4 +75,7 @@ def load_token_counter(model_path: str) -> tuple[Callable[[str], int], int]:
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    return count_tokens, max_context
+    def render(content: str, chat: ChatFormat) -> str:
+        return render_chat(tokenizer, content, chat)
+
+    return count_tokens, max_context, render

@@ -10,13 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from specbatch.routing import (
+    CHAT_ANSWER_PREFIX,
+    build_chat_question,
     build_infobench_prompt,
     build_scoring_prompt,
     format_mmlu_answer,
+    infobench_chat_content,
     parse_mmlu,
     scoring_continuations,
     solve_graph,
 )
+from specbatch.serving.chat import ChatFormat
 from specbatch.serving.outcomes import PromptOutcome
 from specbatch.serving.params import PromptError
 
@@ -34,6 +38,7 @@ class PreparedPrompt:
     answer: str = ""
     labels: tuple[str, ...] = ()
     continuations: tuple[str, ...] = ()
+    chat: ChatFormat | None = None
 
     def finish(self, outcome: PromptOutcome) -> PromptOutcome:
         """The model's raw row outcome as this prompt's answer: task named, mmlu letter formatted."""
@@ -47,13 +52,30 @@ class PreparedPrompt:
         return replace(outcome, task=self.task, text=format_mmlu_answer(label))
 
 
-def prepare_prompt(text: str, task: str) -> PreparedPrompt:
-    """Do the task's CPU work now; raise PromptError for text the task cannot handle."""
+def prepare_prompt(text: str, task: str, chat: ChatFormat | None = None) -> PreparedPrompt:
+    """Do the task's CPU work now; raise PromptError for text the task cannot handle.
+
+    With `chat`, the model prompt is the user turn the instance wraps in the chat
+    template: the instruction itself for infobench, and for mmlu the question, with the
+    assistant's turn opened (in non-thinking mode) by the answer cue so each bare letter
+    is scored after it.
+    """
     try:
         if task == "graph":
             return PreparedPrompt(task=task, kind=ANSWER, source=text, answer=solve_graph(text))
         if task == "mmlu":
             question = parse_mmlu(text)
+            if chat is not None:
+                return PreparedPrompt(
+                    task=task,
+                    kind=SCORE,
+                    source=text,
+                    model_prompt=build_chat_question(question),
+                    labels=tuple(question.labels),
+                    continuations=tuple(question.labels),
+                    # scoring reads the answer at once: an empty think block, whatever was asked
+                    chat=replace(chat, enable_thinking=False, assistant_prefix=CHAT_ANSWER_PREFIX),
+                )
             return PreparedPrompt(
                 task=task,
                 kind=SCORE,
@@ -63,6 +85,9 @@ def prepare_prompt(text: str, task: str) -> PreparedPrompt:
                 continuations=tuple(scoring_continuations(question)),
             )
         if task == "infobench":
+            if chat is not None:
+                content = infobench_chat_content(text)
+                return PreparedPrompt(task=task, kind=GENERATE, source=text, model_prompt=content, chat=chat)
             return PreparedPrompt(
                 task=task, kind=GENERATE, source=text, model_prompt=build_infobench_prompt(text)
             )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult
 from specbatch.serving.cancellation import CancelBoard
+from specbatch.serving.chat import ChatFormat, model_prompt
 from specbatch.serving.detokenize import IncrementalDetokenizer
 from specbatch.serving.outcomes import PromptOutcome
 
@@ -40,6 +41,8 @@ class WorkItem:
     continuations: tuple[str, ...] = ()
     row_id: str = ""
     stream: bool = False
+    chat: ChatFormat | None = None
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,15 @@ class BatchWorker:
         rows: list[int] = []
         requests: list[GenerationRequest] = []
         for row, item in enumerate(items):
-            request = GenerationRequest(
-                prompt=item.prompt,
-                max_new_tokens=item.max_tokens,
-                temperature=item.temperature,
-                top_p=item.top_p,
-                top_k=item.top_k,
-            )
             try:
+                request = GenerationRequest(
+                    prompt=model_prompt(self._engine.pair.tokenizer, item.prompt, item.chat),
+                    max_new_tokens=item.max_tokens,
+                    temperature=item.temperature,
+                    top_p=item.top_p,
+                    top_k=item.top_k,
+                    stop=item.stop,
+                )
                 self._engine.validate(request)
             except ValueError as exc:
                 outcomes[row] = PromptOutcome.failed(str(exc))
@@ -127,7 +131,7 @@ class BatchWorker:
 
         decode = self._engine.pair.tokenizer.decode
         streams = {
-            i: IncrementalDetokenizer(lambda ids: decode(ids, skip_special_tokens=True))
+            i: IncrementalDetokenizer(lambda ids: decode(ids, skip_special_tokens=True), items[row].stop)
             for i, row in enumerate(rows)
             if items[row].stream and on_deltas is not None
         }
@@ -163,13 +167,19 @@ class BatchWorker:
 
     def _score(self, items: Sequence[WorkItem]) -> list[PromptOutcome]:
         outcomes: list[PromptOutcome | None] = [None] * len(items)
-        rows = [row for row, item in enumerate(items) if item.continuations]
+        prompts: dict[int, str] = {}
         for row, item in enumerate(items):
             if not item.continuations:
                 outcomes[row] = PromptOutcome.failed("a scoring row needs at least one choice")
+                continue
+            try:
+                prompts[row] = model_prompt(self._engine.pair.tokenizer, item.prompt, item.chat)
+            except ValueError as exc:
+                outcomes[row] = PromptOutcome.failed(str(exc))
+        rows = list(prompts)
         if rows:
             scores = self._engine.score_choices(
-                [items[r].prompt for r in rows], [list(items[r].continuations) for r in rows]
+                [prompts[r] for r in rows], [list(items[r].continuations) for r in rows]
             )
             for row, score in zip(rows, scores, strict=True):
                 outcomes[row] = PromptOutcome(text=score.best, finish_reason="stop")

@@ -11,6 +11,9 @@ import threading
 
 import triton_python_backend_utils as pb_utils
 
+from specbatch.routing import TASKS
+from specbatch.serving.latency import SlaTargets
+
 
 class MetricRegistry:
     """Lazily creates labelled counters, gauges and histograms; safe from several threads."""
@@ -43,6 +46,10 @@ class MetricRegistry:
                 self._metrics[key] = metric
         return metric
 
+    def declare_counter(self, name: str, description: str, **labels: str) -> None:
+        """Export a counter at 0 before its first event, so dashboards and rate() see it from the start."""
+        self._metric(name, description, pb_utils.MetricFamily.COUNTER, labels)
+
     def increment(self, name: str, description: str, value: float = 1.0, **labels: str) -> None:
         if value:
             self._metric(name, description, pb_utils.MetricFamily.COUNTER, labels).increment(value)
@@ -52,3 +59,24 @@ class MetricRegistry:
 
     def observe(self, name: str, description: str, value: float, buckets: list[float], **labels: str) -> None:
         self._metric(name, description, pb_utils.MetricFamily.HISTOGRAM, labels, buckets).observe(value)
+
+
+def declare_outcome_counters(registry: MetricRegistry, sla: SlaTargets) -> None:
+    """The scheduler's per-task outcome counters at 0: errors, goodput, each SLA bound checked.
+
+    They would otherwise appear only at their first event, leaving a dashboard panel or
+    an autoscaler query without a series to read until then.
+    """
+    for task in TASKS:
+        registry.declare_counter("specbatch_prompt_errors_total", "Prompts answered with an error", task=task)
+        registry.declare_counter(
+            "specbatch_goodput_prompts_total", "Prompts served within every SLA bound", task=task
+        )
+        for bound in ("ttft", "tpot", "e2e"):
+            if getattr(sla, f"{bound}_s") is not None:
+                registry.declare_counter(
+                    "specbatch_sla_violations_total",
+                    "Prompts that broke an SLA bound",
+                    task=task,
+                    bound=bound,
+                )

@@ -81,6 +81,8 @@ def work_items(jobs: Sequence[PromptJob]) -> list[WorkItem]:
             continuations=job.prepared.continuations,
             row_id=job.row_id,
             stream=job.on_delta is not None,
+            chat=job.prepared.chat,
+            stop=job.sampling.stop,
         )
         for job in jobs
     ]

@@ -1,4 +1,5 @@
-"""A real tritonserver with the whole pipeline (cpu config, tiny pair) on free loopback ports."""
+"""A real tritonserver with the whole pipeline (cpu config, tiny pair) on free loopback ports,
+and the OpenAI-compatible front in front of it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specbatch.server.process import Ports, ServerOptions, TritonProcess
+from specbatch.server.openai_process import OpenAIFrontProcess
+from specbatch.server.process import Ports, ServerOptions, TritonProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,3 +35,17 @@ def server(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     finally:
         process.stop()
         print(f"tritonserver log: {log}")
+
+
+@pytest.fixture(scope="session")
+def openai_front(
+    server: TritonProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OpenAIFrontProcess]:
+    """The OpenAI-compatible front forwarding to the session's server."""
+    front = OpenAIFrontProcess(server.grpc_url, free_port(), "127.0.0.1")
+    front.start(tmp_path_factory.mktemp("openai") / "front.log")
+    try:
+        front.wait_ready()
+        yield front
+    finally:
+        front.stop()

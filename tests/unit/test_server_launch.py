@@ -1,5 +1,8 @@
 """Finding tritonserver, choosing the config variant, reading model settings."""
 
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,29 @@ def test_settings_env_overrides_and_loud_failures(tmp_path):
     overridden = ModelSettings(config, tmp_path, env=env)
     assert overridden.model_path("target_model") == str(tmp_path / "weights")
     assert overridden.model_path("draft_model") == "Qwen/Qwen3-0.6B"
+
+
+def test_a_newer_stub_replaces_one_a_running_server_is_executing(tmp_path):
+    """Two checkouts share the backend cache: refreshing it must not fail with ETXTBSY."""
+    import shutil
+    import subprocess
+
+    from specbatch.server.binary import _STUB_NAME, _prepare_backend_directory
+
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wheel = tmp_path / "wheel"
+    (wheel / "backends" / "python").mkdir(parents=True)
+    (wheel / "backends" / "python" / "libtriton_python.so").write_bytes(b"backend")
+    (wheel / "python_backend_stubs" / version).mkdir(parents=True)
+    stub = wheel / "python_backend_stubs" / version / _STUB_NAME
+    shutil.copy2(shutil.which("sleep"), stub)
+    backends = _prepare_backend_directory(wheel, tmp_path / "cache")
+    running = subprocess.Popen([str(backends / "python" / _STUB_NAME), "60"])
+    try:
+        os.utime(stub, (stub.stat().st_atime, stub.stat().st_mtime + 10))
+        assert _prepare_backend_directory(wheel, tmp_path / "cache") == backends
+        assert (backends / "python" / _STUB_NAME).stat().st_mtime == stub.stat().st_mtime
+        assert running.poll() is None, "the running server's stub was disturbed"
+    finally:
+        os.kill(running.pid, signal.SIGKILL)
+        running.wait()

@@ -32,7 +32,10 @@ from specbatch.triton import logs
 from specbatch.triton.metrics import MetricRegistry
 from specbatch.triton.tensors import arrays_of, error_response, response
 
-INPUTS = ("mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices", "row_id", "stream")
+INPUTS = (
+    "mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices", "row_id", "stream",
+    "stop", "chat", "enable_thinking", "chat_history", "assistant_prefix",
+)
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 logger = logging.getLogger("specbatch.qwen3_specdec")
 
@@ -55,7 +58,7 @@ class TritonPythonModel:
             device=device,
             dtype=settings.raw("dtype", "auto"),
         )
-        engine = Engine(
+        self.engine = engine = Engine(
             pair,
             lookahead=settings.raw("lookahead", "goodput"),
             kv_memory_budget_bytes=int(settings.number("kv_memory_budget_gb") * (1 << 30)),
@@ -64,6 +67,9 @@ class TritonPythonModel:
         self.worker = BatchWorker(engine, CancelBoard.for_server())
         self.triton_batching = config.get("max_batch_size", 0) > 0
         self.metrics = MetricRegistry("qwen3_specdec")
+        self.metrics.declare_counter(
+            "specbatch_worker_errors_total", "Worker batches that failed", instance=self.instance
+        )
         logger.info("%s ready on %s (free KV %d tokens)", self.instance, device, self.worker.free_kv_tokens)
 
     def execute(self, requests):
@@ -145,6 +151,8 @@ class TritonPythonModel:
             result.free_kv_tokens,
             instance=inst,
         )
+        k = self.engine.snapshot().lookahead
+        m.set("specbatch_lookahead", "Draft tokens per step (K) now", k, instance=inst)
         m.set(
             "specbatch_last_batch_rows",
             "Rows in this instance's last batch",

@@ -29,7 +29,7 @@ from specbatch.serving.scheduler_setup import (
 )
 from specbatch.serving.settings import ModelSettings, project_root
 from specbatch.triton import logs
-from specbatch.triton.metrics import MetricRegistry
+from specbatch.triton.metrics import MetricRegistry, declare_outcome_counters
 from specbatch.triton.tensors import error_response, optional_array, required_array, response
 from specbatch.triton.workers import BlsWorkerBackend
 
@@ -44,11 +44,14 @@ class TritonPythonModel:
         logs.install()
         config = json.loads(args["model_config"])
         settings = ModelSettings(config, project_root(args["model_repository"]))
-        count_tokens, max_context = load_token_counter(settings.model_path("target_model"))
-        self.intake = RequestIntake(build_limits(settings), count_tokens, max_context, time.monotonic)
+        count_tokens, max_context, render_chat = load_token_counter(settings.model_path("target_model"))
+        self.intake = RequestIntake(
+            build_limits(settings), count_tokens, max_context, time.monotonic, render_chat
+        )
         self.sla = build_sla(settings)
         self.cancel_poll_s = settings.number("cancel_poll_ms", 100.0) / 1000.0
         self.metrics = MetricRegistry("scheduler")
+        declare_outcome_counters(self.metrics, self.sla)
         self.pending = PendingRequests()
         board = CancelBoard.for_server()
         board.reset()
@@ -120,6 +123,9 @@ class TritonPythonModel:
             return None if array is None else array.tolist()
 
         stream = optional_array(request, "stream")
+        exclude_input = optional_array(request, "exclude_input_in_output")
+        if exclude_input is not None and not exclude_input.all():
+            raise ValueError("exclude_input_in_output=false is not supported: outputs never hold the prompt")
         timeout_us = request.timeout()
         return RoutedRequest(
             prompts=required_array(request, "text_input").tolist(),
@@ -132,6 +138,10 @@ class TritonPythonModel:
             top_k=column("top_k"),
             stream=bool(stream is not None and stream.any()),
             timeout_s=timeout_us / 1e6 if timeout_us else None,
+            chat=column("chat"),
+            enable_thinking=column("enable_thinking"),
+            chat_history=column("chat_history"),
+            stop_words=column("stop_words"),
         )
 
     def publish_outcomes(self, outcomes, timings):
@@ -173,12 +183,17 @@ class TritonPythonModel:
                     TPOT_BUCKETS,
                     task=task,
                 )
-            for bound in self.sla.violations(timing):
+            violations = self.sla.violations(timing)
+            for bound in violations:
                 m.increment(
                     "specbatch_sla_violations_total",
                     "Prompts that broke an SLA bound",
                     task=task,
                     bound=bound,
+                )
+            if not violations:
+                m.increment(
+                    "specbatch_goodput_prompts_total", "Prompts served within every SLA bound", task=task
                 )
 
     def _publish_batch(self, kind, size, snapshot):

@@ -1,0 +1,169 @@
+"""The aiohttp application: OpenAI routes, server-sent events, errors, disconnects, a bound.
+
+Every request holds one slot of `max_pending` for its lifetime; past that the front
+answers 503 at once rather than queueing without limit (the scheduler behind it has
+its own admission). A client that disconnects cancels its handler (aiohttp's
+`handler_cancellation`), which closes the upstream stream and frees the rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+
+from aiohttp import web
+
+from specbatch.openai.errors import OpenAIError, bad_request
+from specbatch.openai.requests import Call, parse_chat, parse_completion
+from specbatch.openai.responses import Reply
+from specbatch.openai.upstream import Delta, Outcome, TritonUpstream
+
+logger = logging.getLogger(__name__)
+
+UPSTREAM = web.AppKey("upstream", TritonUpstream)
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "Connection": "keep-alive"}
+
+
+class Front:
+    """Request handlers over one upstream; `served` are the model names clients may ask for."""
+
+    def __init__(self, served: Sequence[str], max_pending: int) -> None:
+        if not served or max_pending < 1:
+            raise ValueError("the front needs at least one model name and max_pending >= 1")
+        self.served = tuple(served)
+        self.max_pending = max_pending
+        self.pending = 0
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [_model(name) for name in self.served]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name not in self.served:
+            return _error(_unknown_model(name, self.served))
+        return web.json_response(_model(name))
+
+    async def health(self, request: web.Request) -> web.Response:
+        ready = await request.app[UPSTREAM].ready()
+        return web.json_response({"ready": ready}, status=200 if ready else 503)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, parse_completion)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, parse_chat)
+
+    async def _serve(self, request: web.Request, parse: Callable[[object], Call]) -> web.StreamResponse:
+        try:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise bad_request("the request body is not valid JSON") from None
+            call = parse(body)
+            if call.model not in self.served:
+                raise _unknown_model(call.model, self.served)
+            if self.pending >= self.max_pending:
+                raise OpenAIError(503, "the server is overloaded; retry later", code="overloaded")
+            self.pending += 1
+            try:
+                upstream = request.app[UPSTREAM]
+                if call.stream:
+                    return await _stream(request, upstream, call)
+                return await _complete(upstream, call)
+            finally:
+                self.pending -= 1
+        except OpenAIError as exc:
+            if exc.status >= 500:
+                logger.warning("answered %d: %s", exc.status, exc.message)
+            return _error(exc)
+
+
+async def _complete(upstream: TritonUpstream, call: Call) -> web.Response:
+    async with contextlib.aclosing(upstream.run(call)) as events:
+        async for event in events:
+            if isinstance(event, list):
+                _raise_prompt_errors(event)
+                return web.json_response(Reply(call).complete(event))
+    raise OpenAIError(502, "the pipeline sent no answer")
+
+
+async def _stream(request: web.Request, upstream: TritonUpstream, call: Call) -> web.StreamResponse:
+    """Server-sent events: chunks as text is accepted, each choice's end, usage, `[DONE]`.
+
+    The first event is awaited before the response starts, so a request the pipeline
+    refuses outright still gets an HTTP error status rather than a stream.
+    """
+    reply = Reply(call)
+    async with contextlib.aclosing(upstream.run(call)) as events:
+        event = await anext(events)
+        if isinstance(event, list):
+            _raise_prompt_errors(event)
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        try:
+            if call.kind == "chat":
+                await _send(response, reply.chunk(0, "", role=True))
+            while isinstance(event, Delta):
+                await _send(response, reply.chunk(event.index, event.text))
+                event = await anext(events)
+            _raise_prompt_errors(event)
+            for index, outcome in enumerate(event):
+                await _send(response, reply.chunk(index, None, finish_reason=outcome.finish_reason))
+            if call.include_usage:
+                await _send(response, reply.usage_chunk(event))
+        except OpenAIError as exc:
+            await _send(response, exc.body())
+        except ConnectionResetError:
+            return response
+        await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+async def _send(response: web.StreamResponse, payload: dict) -> None:
+    await response.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+
+
+def _raise_prompt_errors(outcomes: list[Outcome]) -> None:
+    """OpenAI has no per-choice error: a prompt that failed fails the request, naming it."""
+    failed = [(i, o.error) for i, o in enumerate(outcomes) if o.error]
+    if failed:
+        message = "; ".join(f"prompt {i}: {error}" for i, error in failed)
+        raise OpenAIError(400, message if len(outcomes) > 1 else failed[0][1], param="prompt")
+
+
+def _model(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "specbatch"}
+
+
+def _unknown_model(name: str, served: Sequence[str]) -> OpenAIError:
+    return OpenAIError(
+        404,
+        f"the model {name!r} does not exist; this server serves {', '.join(served)}",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def _error(exc: OpenAIError) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status)
+
+
+def build_app(grpc_url: str, served: Sequence[str], max_pending: int) -> web.Application:
+    """The front's application; its gRPC channel opens and closes with the app's event loop."""
+    front = Front(served, max_pending)
+    app = web.Application()
+    app.router.add_get("/v1/models", front.models)
+    app.router.add_get("/v1/models/{model}", front.model)
+    app.router.add_post("/v1/completions", front.completions)
+    app.router.add_post("/v1/chat/completions", front.chat_completions)
+    app.router.add_get("/health", front.health)
+
+    async def channel(app: web.Application):
+        app[UPSTREAM] = TritonUpstream(grpc_url)
+        yield
+        await app[UPSTREAM].close()
+
+    app.cleanup_ctx.append(channel)
+    return app

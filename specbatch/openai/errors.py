@@ -1,0 +1,51 @@
+"""Errors in OpenAI's format (`{"error": {"message", "type", "param", "code"}}`) and status codes.
+
+Triton's gRPC stream carries only an error's message, not its status code, so an
+error from the pipeline is classified by what it says: overload and an unreachable
+server are 503 (retry later), a deadline is 504, anything else about the request 400.
+"""
+
+from __future__ import annotations
+
+_TYPES = {
+    400: "invalid_request_error",
+    404: "invalid_request_error",
+    503: "server_error",
+    504: "server_error",
+}
+_OVERLOAD_WORDS = ("overload", "queue is full", "unavailable", "try again later", "not ready")
+
+
+class OpenAIError(Exception):
+    """A request the front answers with an HTTP error status and OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": _TYPES.get(self.status, "server_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def bad_request(message: str, param: str | None = None) -> OpenAIError:
+    return OpenAIError(400, message, param=param)
+
+
+def from_pipeline(message: str) -> OpenAIError:
+    """The HTTP error for an error message the pipeline answered with."""
+    lowered = message.lower()
+    if any(word in lowered for word in _OVERLOAD_WORDS):
+        return OpenAIError(503, message, code="overloaded")
+    if "deadline" in lowered:
+        return OpenAIError(504, message, code="deadline_exceeded")
+    return OpenAIError(400, message)

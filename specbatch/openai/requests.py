@@ -1,0 +1,181 @@
+"""OpenAI request bodies, validated into one `Call` the pipeline understands.
+
+What the pipeline cannot honour is refused with a 400 naming the parameter, never
+silently ignored: several choices (`n` > 1), logprobs, echo, tools, token-id prompts,
+and the vLLM extensions `ignore_eos` and `min_tokens` (rows always stop at EOS).
+A chat request becomes its last user message (which the router classifies) plus the
+earlier turns, which the model instance renders with Qwen3's chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specbatch.openai.errors import bad_request
+from specbatch.serving.params import MAX_STOP_CHARS, MAX_STOP_STRINGS
+
+MAX_PROMPTS = 64
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# Parameters the pipeline has no equivalent for, with the value that means "not used".
+_UNSUPPORTED = {
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "tools": (None, []),
+    "functions": (None, []),
+    "logit_bias": (None, {}),
+    "ignore_eos": (None, False),
+    "min_tokens": (None, 0),
+}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One OpenAI request as pipeline inputs: prompts in order plus per-request options."""
+
+    kind: Literal["completion", "chat"]
+    model: str
+    prompts: tuple[str, ...]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+    chat_history: str = ""
+    enable_thinking: bool = False
+
+
+def parse_completion(body: Any) -> Call:
+    """A `/v1/completions` body; `prompt` is one string or a list of strings (choices in order)."""
+    body = _object(body)
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts:
+        raise bad_request("prompt must be a string or a non-empty list of strings", "prompt")
+    if not all(isinstance(p, str) for p in prompts):
+        raise bad_request("prompt must be text: token-id prompts are not supported", "prompt")
+    if len(prompts) > MAX_PROMPTS:
+        raise bad_request(f"at most {MAX_PROMPTS} prompts per request", "prompt")
+    return Call(kind="completion", prompts=tuple(prompts), **_common(body, body.get("max_tokens")))
+
+
+def parse_chat(body: Any) -> Call:
+    """A `/v1/chat/completions` body: the last message is the user's, earlier ones are history."""
+    body = _object(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages must be a non-empty list", "messages")
+    turns = [_message(i, m) for i, m in enumerate(messages)]
+    if turns[-1]["role"] != "user":
+        raise bad_request("the last message must be the user's", "messages")
+    if any(t["role"] == "system" for t in turns[1:]):
+        raise bad_request("a system message may only come first", "messages")
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise bad_request("chat_template_kwargs must be an object", "chat_template_kwargs")
+    thinking = kwargs.get("enable_thinking", body.get("enable_thinking", False))
+    if not isinstance(thinking, bool):
+        raise bad_request("enable_thinking must be true or false", "enable_thinking")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    return Call(
+        kind="chat",
+        prompts=(turns[-1]["content"],),
+        chat_history=json.dumps(turns[:-1]) if len(turns) > 1 else "",
+        enable_thinking=thinking,
+        **_common(body, max_tokens),
+    )
+
+
+def _object(body: Any) -> dict:
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    return body
+
+
+def _message(position: int, message: Any) -> dict[str, str]:
+    param = f"messages[{position}]"
+    if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+        raise bad_request(f"{param} needs a role: one of {', '.join(CHAT_ROLES)}", param)
+    content = message.get("content")
+    if isinstance(content, list):
+        if not all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content
+        ):
+            raise bad_request(f"{param}.content: only text parts are supported", param)
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise bad_request(f"{param}.content must be text", param)
+    return {"role": CHAT_ROLES[message["role"]], "content": content}
+
+
+def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
+    """The parameters completions and chat share."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("model is required", "model")
+    if body.get("n", 1) not in (1, None):
+        raise bad_request("only n=1 is supported", "n")
+    for name, unused in _UNSUPPORTED.items():
+        if body.get(name) not in unused:
+            raise bad_request(f"{name} is not supported by this server", name)
+    stream = body.get("stream") or False
+    if not isinstance(stream, bool):
+        raise bad_request("stream must be true or false", "stream")
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise bad_request("stream_options is only allowed when stream is true", "stream_options")
+    include_usage = (
+        False
+        if options is None
+        else options.get("include_usage", False)
+        if isinstance(options, dict)
+        else None
+    )
+    if not isinstance(include_usage, bool):
+        raise bad_request("stream_options.include_usage must be true or false", "stream_options")
+    return {
+        "model": model,
+        "max_tokens": _integer(max_tokens, "max_tokens"),
+        "temperature": _number(body.get("temperature"), "temperature", 0.0, 2.0),
+        "top_p": _number(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
+        "stop": _stop(body.get("stop")),
+        "stream": stream,
+        "include_usage": include_usage,
+    }
+
+
+def _integer(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise bad_request(f"{name} must be a positive integer", name)
+    return value
+
+
+def _number(value: Any, name: str, low: float, high: float, open_low: bool = False) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise bad_request(f"{name} must be a number", name)
+    if value > high or value < low or (open_low and value == low):
+        bound = "(" if open_low else "["
+        raise bad_request(f"{name} must lie in {bound}{low:g}, {high:g}]", name)
+    return float(value)
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    stops = [value] if isinstance(value, str) else value or []
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise bad_request("stop must be a string or a list of strings", "stop")
+    if len(stops) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise bad_request(
+            f"stop: at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters", "stop"
+        )
+    return tuple(s for s in stops if s)

@@ -1,0 +1,187 @@
+"""The pipeline over Triton's gRPC API: the router's answer, then the scheduler's stream.
+
+These are the two steps of the `specbatch` ensemble, called one after the other with
+the same tensors the ensemble passes between them. The front calls them itself
+because Triton 2.51 does not pass a client's cancellation on to the steps of an
+ensemble: through the ensemble, a client that disconnects would leave its rows
+generating to the end, while a cancelled stream to the scheduler frees them within
+one decode step. A unit test holds this mapping to ensemble/specbatch/config.pbtxt.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from specbatch.openai.errors import OpenAIError, from_pipeline
+from specbatch.openai.requests import Call
+
+ROUTER_OUTPUTS = ("routed_task", "predicted_tokens", "route_error")
+SCHEDULER_OUTPUTS = (
+    "text_output",
+    "index",
+    "task",
+    "finish_reason",
+    "error",
+    "num_input_tokens",
+    "num_output_tokens",
+)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """New text of prompt `index` while streaming."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One prompt's final answer (its text is empty when it was streamed)."""
+
+    text: str
+    task: str
+    finish_reason: str
+    error: str
+    num_input_tokens: int
+    num_output_tokens: int
+
+
+class TritonUpstream:
+    """One gRPC channel to tritonserver, shared by every request of the front."""
+
+    def __init__(self, url: str, router: str = "router", scheduler: str = "scheduler") -> None:
+        self.url = url
+        self._client = grpcclient.InferenceServerClient(url)
+        self._router = router
+        self._scheduler = scheduler
+
+    async def ready(self) -> bool:
+        try:
+            return bool(await self._client.is_server_ready())
+        except InferenceServerException:
+            return False
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def run(self, call: Call) -> AsyncIterator[Delta | list[Outcome]]:
+        """Deltas (when streaming), then every prompt's outcome in order, then nothing.
+
+        Leaving the iteration early (a client gone, a cancelled task) cancels the
+        scheduler's stream, which drops the request's rows at the next decode step.
+        """
+        routed = await self._route(call.prompts)
+        responses = self._client.stream_infer(_one(self._scheduler_request(call, routed)))
+        finished = False
+        try:
+            async for result, error in responses:
+                if error is not None:
+                    finished = True
+                    raise from_pipeline(error.message())
+                response = result.get_response()
+                final = response.parameters["triton_final_response"].bool_param
+                outputs = {name: result.as_numpy(name) for name in SCHEDULER_OUTPUTS}
+                if final:
+                    finished = True
+                    yield _outcomes(outputs)
+                    return
+                for index, text in zip(
+                    outputs["index"].reshape(-1), _texts(outputs["text_output"]), strict=True
+                ):
+                    yield Delta(int(index), text)
+            raise OpenAIError(502, "the pipeline closed the stream without a final response")
+        except InferenceServerException as exc:
+            raise _transport_error(exc) from None
+        finally:
+            if not finished:
+                responses.cancel()
+
+    async def _route(self, prompts: tuple[str, ...]) -> dict[str, np.ndarray]:
+        text = grpcclient.InferInput("text_input", [1, len(prompts)], "BYTES")
+        text.set_data_from_numpy(_strings(prompts))
+        outputs = [grpcclient.InferRequestedOutput(name) for name in ROUTER_OUTPUTS]
+        try:
+            result = await self._client.infer(self._router, [text], outputs=outputs)
+        except InferenceServerException as exc:
+            raise _transport_error(exc) from None
+        return {name: result.as_numpy(name) for name in ROUTER_OUTPUTS}
+
+    def _scheduler_request(self, call: Call, routed: dict[str, np.ndarray]) -> dict:
+        inputs = []
+        for name, array in scheduler_arrays(call, routed).items():
+            tensor = grpcclient.InferInput(name, list(array.shape), triton_datatype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        return {
+            "model_name": self._scheduler,
+            "inputs": inputs,
+            "outputs": [grpcclient.InferRequestedOutput(name) for name in SCHEDULER_OUTPUTS],
+            "request_id": uuid.uuid4().hex,
+        }
+
+
+def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The scheduler step's inputs, as the ensemble would fill them: one batch entry [1, N]."""
+    arrays: dict[str, np.ndarray] = {"text_input": _strings(call.prompts), **routed}
+    arrays["stream"] = np.array([[call.stream]], dtype=np.bool_)
+    optional = {
+        "max_tokens": (call.max_tokens, np.int32),
+        "temperature": (call.temperature, np.float32),
+        "top_p": (call.top_p, np.float32),
+    }
+    for name, (value, dtype) in optional.items():
+        if value is not None:
+            arrays[name] = np.array([[value]], dtype=dtype)
+    if call.stop:
+        arrays["stop_words"] = _strings(call.stop)
+    if call.kind == "chat":
+        arrays["chat"] = np.array([[True]], dtype=np.bool_)
+        arrays["enable_thinking"] = np.array([[call.enable_thinking]], dtype=np.bool_)
+        arrays["chat_history"] = _strings([call.chat_history])
+    return arrays
+
+
+def triton_datatype(dtype: np.dtype) -> str:
+    names = {np.object_: "BYTES", np.bool_: "BOOL", np.int32: "INT32", np.float32: "FP32"}
+    return {np.dtype(k): v for k, v in names.items()}[np.dtype(dtype)]
+
+
+async def _one(request: dict) -> AsyncIterator[dict]:
+    yield request
+
+
+def _strings(values) -> np.ndarray:
+    return np.array([[v.encode("utf-8") for v in values]], dtype=np.object_)
+
+
+def _texts(array: np.ndarray) -> list[str]:
+    return [v.decode("utf-8", errors="replace") for v in array.reshape(-1)]
+
+
+def _outcomes(outputs: dict[str, np.ndarray]) -> list[Outcome]:
+    order = outputs["index"].reshape(-1).tolist()
+    columns = [
+        _texts(outputs["text_output"]),
+        _texts(outputs["task"]),
+        _texts(outputs["finish_reason"]),
+        _texts(outputs["error"]),
+        outputs["num_input_tokens"].reshape(-1).tolist(),
+        outputs["num_output_tokens"].reshape(-1).tolist(),
+    ]
+    by_index = {index: Outcome(*(column[i] for column in columns)) for i, index in enumerate(order)}
+    return [by_index[index] for index in sorted(by_index)]
+
+
+def _transport_error(exc: InferenceServerException) -> OpenAIError:
+    """Triton unreachable or not serving is 503; a refused request is the pipeline's own error."""
+    status = str(exc.status() or "")
+    if "UNAVAILABLE" in status or "UNIMPLEMENTED" in status or "CANCELLED" in status:
+        return OpenAIError(503, f"the inference server is unavailable: {exc.message()}", code="unavailable")
+    return from_pipeline(exc.message() or str(exc))

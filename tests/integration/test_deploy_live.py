@@ -1,0 +1,90 @@
+"""deploy/ against the running server: every metric the dashboard and the autoscaler read is
+exported, every port and probe the manifests name is served, the server runs with their flags."""
+
+from __future__ import annotations
+
+import inspect
+import urllib.request
+
+import openai
+import pytest
+import tritonclient.grpc as grpcclient
+from deploy_manifests import (
+    VARIANTS,
+    autoscaling_queries,
+    containers,
+    dashboard_queries,
+    exported_names,
+    metric_names,
+    one,
+)
+from helpers import GRAPH_PROMPT, INFOBENCH_PROMPT, MMLU_PROMPT, scrape
+
+from specbatch.server.launcher import serve
+from specbatch.server.process import Ports
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def exposition(server, openai_front) -> str:
+    """/metrics after traffic of every task, streamed and not (histograms appear per task)."""
+    client = openai.OpenAI(base_url=f"{openai_front.url}/v1", api_key="unused", max_retries=0)
+    client.completions.create(
+        model="specbatch", prompt=[GRAPH_PROMPT, MMLU_PROMPT, INFOBENCH_PROMPT], max_tokens=8
+    )
+    list(client.completions.create(model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=8, stream=True))
+    return scrape(server.metrics_url)
+
+
+@pytest.mark.parametrize("source", ["dashboard", "autoscaling"])
+def test_every_metric_queried_is_exported(exposition, source):
+    queries = dashboard_queries() if source == "dashboard" else autoscaling_queries()
+    read = set().union(*(metric_names(q) for q in queries))
+    assert read
+    missing = read - exported_names(exposition)
+    assert not missing, f"{source} reads metrics the server does not export: {sorted(missing)}"
+
+
+def get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.status
+
+
+def test_the_manifests_ports_are_the_servers_and_every_probe_answers(server, openai_front):
+    """Named ports map to the endpoints `specbatch serve` opens by default; here on free ports."""
+    defaults = Ports()
+    openai_default = inspect.signature(serve).parameters["openai_port"].default
+    served = {
+        "http": (defaults.http, f"http://{server.http_url}"),
+        "grpc": (defaults.grpc, None),
+        "metrics": (defaults.metrics, f"http://127.0.0.1:{server.options.ports.metrics}"),
+        "openai": (openai_default, openai_front.url),
+    }
+    pod = one("kubernetes", "Deployment")["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        for port in container["ports"]:
+            assert port["containerPort"] == served[port["name"]][0], port
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            if probe in container:
+                check = container[probe]["httpGet"]
+                assert get(served[check["port"]][1] + check["path"]) == 200, (container["name"], probe)
+    for endpoint in one("kubernetes", "ServiceMonitor")["spec"]["endpoints"]:
+        assert get(served[endpoint["port"]][1] + endpoint["path"]) == 200
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert client.is_server_ready() and client.is_model_ready("specbatch")
+    client.close()
+    [runtime] = containers("kserve")
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert get(f"http://{server.http_url}{runtime[probe]['httpGet']['path']}") == 200
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_manifests_run_tritonserver_with_the_flags_the_tests_run_it_with(server, variant):
+    [triton] = [c for c in containers(variant) if c["args"][0] == "tritonserver"]
+    ours = dict(arg.split("=", 1) for arg in server.options.arguments() if "=" in arg)
+    for arg in triton["args"][1:]:
+        name, value = arg.split("=", 1)
+        assert name in ours, arg
+        if not name.endswith(("-port", "-repository", "exit-timeout-secs")):
+            assert ours[name] == value, arg

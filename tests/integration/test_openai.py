@@ -1,0 +1,223 @@
+"""The OpenAI-compatible front, called with the official `openai` package against a real server."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+
+import numpy as np
+import openai
+import pytest
+from helpers import (
+    GRAPH_ANSWER,
+    GRAPH_PROMPT,
+    INFOBENCH_PROMPT,
+    MMLU_DATASET_PROMPT,
+    grpc_generate,
+    metric_values,
+    scrape,
+)
+from transformers import AutoTokenizer
+
+from specbatch.server.openai_process import OpenAIFrontProcess
+from specbatch.server.process import free_port
+
+pytestmark = pytest.mark.integration
+
+LONG_PROMPT = "Instruction: Tell a long story about the sea.\nQuestion: \nGeneration:"
+ANSWER = re.compile(r"The answer is \(([A-E])\)")
+
+
+@pytest.fixture(scope="module")
+def client(openai_front) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{openai_front.url}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_pair_dir):
+    return AutoTokenizer.from_pretrained(tiny_pair_dir / "target")
+
+
+def generate(server, prompts: list[str], max_tokens: int) -> dict:
+    """The same prompts through the ensemble's gRPC stream, for comparison."""
+    outputs, error = grpc_generate(
+        server.grpc_url,
+        {
+            "text_input": np.array([p.encode() for p in prompts], dtype=np.object_),
+            "max_tokens": np.array([max_tokens], dtype=np.int32),
+        },
+    )
+    assert error is None
+    return outputs
+
+
+def test_models_lists_the_served_model(client):
+    assert [m.id for m in client.models.list().data] == ["specbatch"]
+    assert client.models.retrieve("specbatch").id == "specbatch"
+
+
+def test_a_multi_prompt_completion_answers_in_order_like_the_ensemble(client, server):
+    prompts = [GRAPH_PROMPT, MMLU_DATASET_PROMPT, INFOBENCH_PROMPT]
+    reply = client.completions.create(model="specbatch", prompt=prompts, max_tokens=12, temperature=0)
+    expected = generate(server, prompts, 12)
+
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    assert [c.text for c in reply.choices] == expected["text_output"]
+    assert reply.choices[0].text == GRAPH_ANSWER
+    assert ANSWER.fullmatch(reply.choices[1].text)
+    assert [c.finish_reason for c in reply.choices] == expected["finish_reason"]
+    assert reply.usage.prompt_tokens == sum(expected["num_input_tokens"]) > 0
+    assert reply.usage.completion_tokens == sum(expected["num_output_tokens"]) > 0
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_a_streamed_completion_adds_up_to_the_whole_one_with_usage_last(client):
+    whole = client.completions.create(model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=24)
+    chunks = list(
+        client.completions.create(
+            model="specbatch",
+            prompt=INFOBENCH_PROMPT,
+            max_tokens=24,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text_chunks = [c for c in chunks if c.choices and c.choices[0].text]
+    assert len(text_chunks) > 1, "the text came in one piece"
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_chat_applies_qwen3_template_in_the_instance(client, server, tokenizer):
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Name three colours."},
+    ]
+    reply = client.chat.completions.create(model="specbatch", messages=messages, max_tokens=8)
+    rendered = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    assert rendered.endswith("<think>\n\n</think>\n\n")
+    assert reply.usage.prompt_tokens == len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    assert reply.choices[0].message.role == "assistant" and reply.choices[0].message.content
+    assert 0 < reply.usage.completion_tokens <= 8
+
+    thinking = client.chat.completions.create(
+        model="specbatch",
+        messages=messages,
+        max_tokens=8,
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+    )
+    think_block = len(tokenizer("<think>\n\n</think>\n\n", add_special_tokens=False)["input_ids"])
+    assert thinking.usage.prompt_tokens == reply.usage.prompt_tokens - think_block
+
+
+def test_chat_routes_like_generate(client):
+    graph = client.chat.completions.create(
+        model="specbatch", messages=[{"role": "user", "content": GRAPH_PROMPT}], max_tokens=16
+    )
+    assert graph.choices[0].message.content == GRAPH_ANSWER
+    mmlu = client.chat.completions.create(
+        model="specbatch", messages=[{"role": "user", "content": MMLU_DATASET_PROMPT}], max_tokens=16
+    )
+    assert ANSWER.fullmatch(mmlu.choices[0].message.content)
+    assert mmlu.usage.prompt_tokens == 0 and mmlu.usage.completion_tokens == 0, "scored, not generated"
+
+
+def test_streamed_chat_sends_the_role_then_content_then_the_end(client):
+    chunks = list(
+        client.chat.completions.create(
+            model="specbatch",
+            messages=[{"role": "user", "content": GRAPH_PROMPT}],
+            max_tokens=16,
+            stream=True,
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == GRAPH_ANSWER
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_stop_string_ends_the_text_before_it(client):
+    whole = client.completions.create(model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=24).choices[0]
+    stop = whole.text[len(whole.text) // 2 :][:3]
+    assert stop.strip(), whole.text
+    cut = client.completions.create(model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=24, stop=[stop])
+    assert cut.choices[0].text == whole.text[: whole.text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(
+        model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=24, stop=stop, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text
+
+
+@pytest.mark.parametrize(
+    ("arguments", "param"),
+    [
+        ({"prompt": INFOBENCH_PROMPT, "max_tokens": 0}, "max_tokens"),
+        ({"prompt": INFOBENCH_PROMPT, "n": 2}, "n"),
+        ({"prompt": INFOBENCH_PROMPT, "temperature": -1}, "temperature"),
+        ({"prompt": [1, 2, 3]}, "prompt"),
+        ({"prompt": INFOBENCH_PROMPT, "logprobs": 2}, "logprobs"),
+    ],
+)
+def test_a_bad_request_gets_a_400_in_openai_format(client, arguments, param):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="specbatch", **arguments)
+    assert caught.value.status_code == 400
+    assert caught.value.body["type"] == "invalid_request_error" and caught.value.body["param"] == param
+
+
+def test_a_prompt_the_pipeline_refuses_gets_a_400_with_its_reason(client):
+    with pytest.raises(openai.BadRequestError, match="prompt is empty"):
+        client.completions.create(model="specbatch", prompt="   ", max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match="prompt 1: prompt is empty"):
+        client.completions.create(model="specbatch", prompt=[INFOBENCH_PROMPT, " "], max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match="last message"):
+        client.chat.completions.create(model="specbatch", messages=[{"role": "assistant", "content": "x"}])
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="gpt-4", prompt=INFOBENCH_PROMPT)
+
+
+def cancelled_prompts(server) -> float:
+    counts = metric_values(scrape(server.metrics_url), "specbatch_prompts_total")
+    return sum(v for k, v in counts.items() if 'finish_reason="cancelled"' in k)
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_row(client, server):
+    before = cancelled_prompts(server)
+    stream = client.completions.create(model="specbatch", prompt=LONG_PROMPT, max_tokens=400, stream=True)
+    first = next(iter(stream))
+    assert first.choices[0].finish_reason is None
+    stream.close()
+    deadline = time.monotonic() + 10
+    while cancelled_prompts(server) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cancelled_prompts(server) == before + 1, "the row kept generating after the client left"
+
+
+def test_past_its_bound_the_front_answers_503_at_once(server, tmp_path):
+    front = OpenAIFrontProcess(server.grpc_url, free_port(), "127.0.0.1", "--max-pending=1")
+    front.start(tmp_path / "front.log")
+    try:
+        front.wait_ready()
+        client = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        busy = client.completions.create(model="specbatch", prompt=LONG_PROMPT, max_tokens=200, stream=True)
+        next(iter(busy))
+        started = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.completions.create(model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=4)
+        assert time.monotonic() - started < 5.0, "the front queued instead of refusing"
+        assert caught.value.status_code == 503 and caught.value.body["code"] == "overloaded"
+        busy.close()
+    finally:
+        front.stop()
+
+
+def test_health_reports_the_server_ready(openai_front):
+    with urllib.request.urlopen(f"{openai_front.url}/health", timeout=10) as reply:
+        assert reply.status == 200 and json.load(reply) == {"ready": True}

@@ -1,0 +1,168 @@
+"""The OpenAI front without a server: request validation, error mapping, the pipeline's tensors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specbatch.openai.errors import OpenAIError, from_pipeline
+from specbatch.openai.requests import parse_chat, parse_completion
+from specbatch.openai.responses import Reply
+from specbatch.openai.upstream import ROUTER_OUTPUTS, Outcome, scheduler_arrays, triton_datatype
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_completion_keeps_its_prompts_in_order_with_its_options():
+    call = parse_completion(
+        {"model": "m", "prompt": ["a", "b"], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "stop": "\n"}
+    )
+    assert call.kind == "completion" and call.prompts == ("a", "b")
+    assert (call.max_tokens, call.temperature, call.top_p, call.stop) == (5, 0.5, 0.9, ("\n",))
+    assert not call.stream and not call.include_usage
+
+
+def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
+    call = parse_chat(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}],
+                },
+                {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Name a colour."},
+            ],
+            "max_completion_tokens": 7,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "chat_template_kwargs": {"enable_thinking": True},
+        }
+    )
+    assert call.prompts == ("Name a colour.",) and call.max_tokens == 7
+    assert json.loads(call.chat_history) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi there"},
+        {"role": "assistant", "content": "Hello."},
+    ]
+    assert call.enable_thinking and call.stream and call.include_usage
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "x"}, "model"),
+        ({"model": "m", "prompt": []}, "prompt"),
+        ({"model": "m", "prompt": [[1, 2]]}, "prompt"),
+        ({"model": "m", "prompt": "x", "n": 3}, "n"),
+        ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"),
+        ({"model": "m", "prompt": "x", "top_p": 0}, "top_p"),
+        ({"model": "m", "prompt": "x", "temperature": 2.5}, "temperature"),
+        ({"model": "m", "prompt": "x", "stop": [1]}, "stop"),
+        ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"model": "m", "prompt": "x", "echo": True}, "echo"),
+        ({"model": "m", "prompt": "x", "ignore_eos": True}, "ignore_eos"),
+    ],
+)
+def test_bad_completions_name_the_parameter(body, param):
+    with pytest.raises(OpenAIError) as caught:
+        parse_completion(body)
+    assert caught.value.status == 400 and caught.value.body()["error"]["param"] == param
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+        [
+            {"role": "user", "content": "a"},
+            {"role": "system", "content": "b"},
+            {"role": "user", "content": "c"},
+        ],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        [{"role": "tool", "content": "a"}],
+    ],
+)
+def test_chats_the_pipeline_cannot_serve_are_refused(messages):
+    with pytest.raises(OpenAIError) as caught:
+        parse_chat({"model": "m", "messages": messages})
+    assert caught.value.status == 400
+
+
+def test_pipeline_errors_map_to_openai_status_codes():
+    assert from_pipeline("prompt is empty").status == 400
+    assert from_pipeline("scheduler overloaded: queue is full").status == 503
+    assert from_pipeline("deadline exceeded while queued").status == 504
+    assert from_pipeline("x").body() == {
+        "error": {"message": "x", "type": "invalid_request_error", "param": None, "code": None}
+    }
+
+
+def test_usage_adds_every_choice_and_chunks_carry_null_usage_until_the_last():
+    call = parse_completion(
+        {"model": "m", "prompt": ["a", "b"], "stream": True, "stream_options": {"include_usage": True}}
+    )
+    outcomes = [Outcome("x", "infobench", "length", "", 3, 4), Outcome("y", "graph", "stop", "", 0, 0)]
+    reply = Reply(call)
+    assert reply.complete(outcomes)["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 4,
+        "total_tokens": 7,
+    }
+    assert reply.chunk(1, "t")["usage"] is None and reply.chunk(1, "t")["choices"][0]["index"] == 1
+    assert reply.usage_chunk(outcomes)["choices"] == []
+
+
+def config_inputs(path: Path) -> dict[str, str]:
+    """{input name: data type} of a model config."""
+    block = path.read_text().split("input [", 1)[1].split("]\noutput", 1)[0]
+    return dict(re.findall(r'name: "(\w+)" data_type: TYPE_(\w+)', block))
+
+
+def ensemble_step(model: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(input_map, output_map) of the ensemble's step calling `model`."""
+    text = (ROOT / "ensemble" / "specbatch" / "config.pbtxt").read_text()
+    step = text.split(f'model_name: "{model}"', 1)[1].split("model_name:", 1)[0]
+    inputs = dict(re.findall(r'input_map \{ key: "(\w+)" value: "(\w+)" \}', step))
+    outputs = dict(re.findall(r'output_map \{ key: "(\w+)" value: "(\w+)" \}', step))
+    return inputs, outputs
+
+
+def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
+    call = parse_chat(
+        {
+            "model": "m",
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            "max_tokens": 4,
+            "temperature": 0.5,
+            "top_p": 0.5,
+            "stop": ["x"],
+            "stream": True,
+        }
+    )
+    routed = {
+        "routed_task": np.array([[b"infobench"]], dtype=np.object_),
+        "predicted_tokens": np.array([[4]], dtype=np.int32),
+        "route_error": np.array([[b""]], dtype=np.object_),
+    }
+    arrays = scheduler_arrays(call, routed)
+    _, router_out = ensemble_step("router")
+    scheduler_in, _ = ensemble_step("scheduler")
+    # the router's outputs reach the scheduler input of the same name, as in the ensemble
+    assert set(ROUTER_OUTPUTS) == set(router_out)
+    assert all(scheduler_in[name] == router_out[name] for name in ROUTER_OUTPUTS)
+    # every other input is one the ensemble passes through unchanged, with the config's type
+    passed_through = {key for key, value in scheduler_in.items() if key == value}
+    assert set(arrays) - set(ROUTER_OUTPUTS) <= passed_through
+    declared = config_inputs(ROOT / "model_repository" / "scheduler" / "config.pbtxt")
+    for name, array in arrays.items():
+        expected = {"STRING": "BYTES"}.get(declared[name], declared[name])
+        assert triton_datatype(array.dtype) == expected, name
+        assert array.shape[0] == 1, "one batch entry per request"
