@@ -10,8 +10,8 @@ precision-first:
   nothing more (no "explain", "draw", "how long is");
 - ``mmlu`` only when a lettered option list ends the prompt (:mod:`.options`), a stem
   stands above it, something marks it as a question to choose from (``Question:``,
-  ``Answer:``, "Answer with the letter", "which of the following", a stem ending in
-  "?") and nothing asks for more than a letter (:mod:`.intent`);
+  ``Answer:``, "Answer with the letter", "which of the following", a stem whose last
+  sentence is a question) and nothing asks for more than a letter (:mod:`.intent`);
 - the fallback (normally the draft model) only for what stays genuinely ambiguous — a
   readable structure that nothing marks either way — and only among the tasks whose
   handler can read that prompt;
@@ -103,12 +103,12 @@ def _mmlu_evidence(text: str, options: OptionList | None) -> Evidence | None:
     if opinion:
         return Evidence(None, f"a lettered list and a request for an opinion: {opinion!r}",
                         ("mmlu", "infobench"))
-    stem_end = question.stem.rstrip().rsplit("\n", 1)[-1]
     if (
         options.has_header
         or options.has_answer_cue
         or has_question_marker(options.before)
-        or "?" in stem_end
+        or intent.is_question(question.stem)
+        or "?" in options.after
         or intent.choice_request(around)
         or mentions_multiple_choice(options.before)
     ):

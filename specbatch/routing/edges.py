@@ -15,6 +15,7 @@ is talking about edges.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -73,14 +74,17 @@ _COLUMN_ROLES = {
     **dict.fromkeys(("to", "target", "dst", "dest", "v", "end", "head"), "target"),
     **dict.fromkeys(("weight", "w", "cost", "length", "distance", "dist", "time"), "weight"),
 }
+_MENTIONS_EDGES = re.compile(r"\b(?:edges?|arcs?)\b")
 _UNCOVERED_ARROW = re.compile(r"\d+\s*(?:<-->|<->|-->|->|=>|→|⟶|↔|—>|–>)\s*(?:node\s*)?\d+")
-_MENTIONS_EDGES = re.compile(r"\b(?:edges?|arcs?|edge[\s_-]*list)\b")
-_LABEL_WORDS = frozenset({
-    "the", "a", "an", "and", "or", "are", "is", "as", "follows", "here", "these", "given", "by", "with",
-    "of", "in", "set", "list", "e", "edges", "edge", "arcs", "arc", "links", "connections", "graph",
-    "directed", "undirected", "weighted", "weights", "weight", "json", "format", "source", "target",
-})
-_LIST_SEPARATORS = re.compile(r"[\s,;.\[\]{}():=\"']+")
+# Around edges written inline: what may come before the first (a label ending in "edges",
+# or nothing but a bullet or bracket), between two (separators) and after the last (a
+# closing bracket, then the end of the line or a sentence break).
+_LIST_LEAD = re.compile(
+    r"(?:^|\b(?:edges?|arcs?|links?|connections?|roads?|streets?)[\"']?\s*(?:\([^)]*\))?\s*"
+    r"(?:are|is|list|as\s+follows)?\s*[:=]?)[\s\-*•\[{(]*$"
+)
+_LIST_GAP = re.compile(r"^[\s,;]*(?:\b(?:and|or)\b)?[\s,;]*$")
+_LIST_END = re.compile(r"^[\s\])}]*(?:$|[.,;:!?])")
 
 
 @dataclass(frozen=True)
@@ -135,11 +139,6 @@ def _table_rows(lines: list[str]) -> dict[int, Edge]:
     return rows
 
 
-def _only_labels(leftover: str) -> bool:
-    words = [word for word in _LIST_SEPARATORS.split(leftover.lower()) if word]
-    return all(word in _LABEL_WORDS for word in words)
-
-
 def _inline_items(line: str) -> tuple[list[tuple[int, int, Edge]], bool]:
     """Every edge written inside ``line``, and whether any was written with an arrow or dash."""
     found: list[tuple[int, int, Edge]] = []
@@ -164,26 +163,37 @@ def _inline_items(line: str) -> tuple[list[tuple[int, int, Edge]], bool]:
     return found, arrows
 
 
-def _inline_edges(line: str, talks_about_edges: bool) -> list[Edge] | None:
-    """The edges inside one line, which must then hold nothing but them and a label.
+def _is_edge_list(line: str, found: list[tuple[int, int, Edge]]) -> bool:
+    """Whether the items found in ``line`` form one list with nothing but a label around it."""
+    spans = sorted((start, end) for start, end, _ in found)
+    gaps = (line[end:start] for (_, end), (start, _) in itertools.pairwise(spans))
+    return (
+        _LIST_LEAD.search(line[: spans[0][0]]) is not None
+        and all(_LIST_GAP.match(gap) for gap in gaps)
+        and _LIST_END.match(line[spans[-1][1] :]) is not None
+    )
 
-    ``None`` when the line is not an edge line. Tuples outside any talk of edges (an
-    answer example such as ``[0, 2, 4]``) are left alone; arrows never are.
+
+def _inline_edges(line: str, talks_about_edges: bool) -> tuple[list[Edge], str] | None:
+    """The edges written inside one line, and the line with them blanked out.
+
+    ``None`` when the line holds no edge list. Arrows must form a clean list (a label,
+    the edges, a sentence break) or the line is an error; tuples that do not (an answer
+    example such as ``[0, 2, 4]``) are left alone unless the line speaks of edges.
     """
     found, arrows = _inline_items(line)
     if not found:
         return None
-    leftover = list(line)
-    for start, end, _ in found:
-        leftover[start:end] = " " * (end - start)
-    rest = "".join(leftover)
-    if not _only_labels(rest):
-        if arrows or _MENTIONS_EDGES.search(rest):
+    if not _is_edge_list(line, found):
+        if arrows or _MENTIONS_EDGES.search(line):
             raise GraphError(f"cannot read every edge of the line {line.strip()!r}")
         return None
     if not arrows and not talks_about_edges:
         return None
-    return [edge for _, _, edge in sorted(found, key=lambda item: item[0])]
+    rest = list(line)
+    for start, end, _ in found:
+        rest[start:end] = " " * (end - start)
+    return [edge for _, _, edge in sorted(found, key=lambda item: item[0])], "".join(rest)
 
 
 def _object_edge(body: str) -> Edge | None:
@@ -221,7 +231,7 @@ def read_edges(text: str) -> tuple[list[Edge], str]:
     :class:`GraphError` for an edge-shaped piece of text whose weight cannot be read.
     """
     lines = text.lower().split("\n")
-    talks_about_edges = any(_MENTIONS_EDGES.search(line) for line in lines)
+    talks_about_edges = "edge" in text.lower()
     rows = _table_rows(lines) if talks_about_edges else {}
     edges: list[Edge] = []
     question: list[str] = []
@@ -235,7 +245,8 @@ def read_edges(text: str) -> tuple[list[Edge], str]:
             continue
         inline = _inline_edges(line, talks_about_edges)
         if inline is not None:
-            edges += inline
+            edges += inline[0]
+            question.append(inline[1])
         elif edge_shaped:
             raise GraphError(f"cannot read the weight of edge line {line.strip()!r}")
         else:

@@ -54,7 +54,8 @@ _COUNT_WORDS = {
 }
 _COUNT = r"(\d+|" + "|".join(_COUNT_WORDS) + r")"
 _PATH_COUNT = re.compile(
-    rf"\btop[\s-]*{_COUNT}\b|\bfirst\s+{_COUNT}\b|\b{_COUNT}[\s-]+(?:[a-z]+[\s-]+){{0,3}}?(?:paths|routes)\b"
+    rf"\btop[ \t-]*{_COUNT}\b|\bfirst[ \t]+{_COUNT}\b"
+    rf"|\b{_COUNT}[ \t-]+(?:[a-z]+[ \t-]+){{0,3}}?(?:paths|routes)\b"
     r"|\b[kp]\s*=\s*(\d+)\b",
 )
 _PATH_REQUEST = re.compile(
@@ -69,7 +70,7 @@ _ALL_PATHS = re.compile(r"\ball\s+(?:the\s+|of\s+the\s+)?(?:[a-z]+\s+){0,2}?(?:p
 _PATH_FACT = re.compile(
     r"\b(?:length|weight|cost|distance|total)\s+of\s+(?:the\s+|each\s+|a\s+)?(?:[a-z]+\s+)?(?:shortest|cheapest|best)"
     r"|\bhow\s+(?:long|far|many|much)\b|\bis\s+there\s+(?:a|any)\b|\bdoes\s+(?:a|any)\s+path\s+exist"
-    r"|\bnumber\s+of\s+(?:\w+\s+)?paths\b|\blongest\b|\bcount\s+(?:the\s+)?(?:\w+\s+)?paths\b",
+    r"|\bnumber\s+of\s+(?:\w+\s+)?paths\b(?!\s*:)|\blongest\b|\bcount\s+(?:the\s+)?(?:\w+\s+)?paths\b",
 )
 
 

@@ -19,7 +19,7 @@ import re
 _DEMAND_VERB = re.compile(
     r"\b(?:explain|justify|describe|discuss|compare|contrast|rank|sort|order\s+(?:the|these|them|all)|"
     r"rewrite|re-?word|write(?!\s+(?:down|only|just|your\s+(?:final\s+)?answer|the\s+(?:letter|answer|paths?)))|"
-    r"compose|draft|create|generate|design|make\s+up|invent|translate|summari[sz]e|paraphrase|"
+    r"compose|draft|create|generate|design|make(?!\s+sure)|invent|translate|summari[sz]e|paraphrase|"
     r"evaluate|assess|analy[sz]e|critique|elaborate|argue|debate|draw|plot|sketch|visuali[sz]e|"
     r"illustrate|implement|prove|derive|outline|brainstorm|convert|simulate|"
     r"tell\s+me\s+(?:why|how|about)|walk\s+me\s+through|teach)\b",
@@ -53,7 +53,7 @@ _CHOICE = re.compile(
     r"(?:\w+\s+)?(?:letter|option|choice)"
     r"|(?:choose|select|pick|identify|circle|mark|indicate)\s+(?:only\s+)?(?:the|one|an|a|your)?\s*"
     r"(?:\w+\s+)?(?:answer|option|choice|letter|one|response|alternative)"
-    r"|(?:choose|select|pick)\s+(?:one|from|among)"
+    r"|(?:choose|select|pick|identify|circle)\s+(?:one|from|among|the|an?)\b"
     r"|which\s+(?:one\s+)?of\s+(?:the\s+following|these|those|the\s+(?:options|choices|answers))"
     r"|(?:your|the)\s+answer\s+(?:should|must)\s+be\s+(?:a\s+single|one|the)\s+(?:letter|option)"
     r"|(?:single|one)\s+letter|letter\s+(?:of|for)\s+the\s+(?:correct|best|right)"
@@ -65,9 +65,30 @@ _OPINION = re.compile(
 )
 
 
+_CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_SENTENCE_BREAK = re.compile(r"[.!?](?=\s)")
+_INTERROGATIVE = re.compile(
+    r"(?:which|what|who|whom|whose|where|when|why|how|is|are|was|were|does|do|did|can|could|will)\b"
+)
+
+
 def _found(pattern: re.Pattern[str], text: str) -> str | None:
     match = pattern.search(text.lower())
     return " ".join(match.group(0).split()) if match else None
+
+
+def is_question(text: str) -> bool:
+    """Whether the last sentence of ``text`` (code blocks aside) asks a question.
+
+    It ends in "?" or opens with an interrogative ("Which organelle produces ATP:"); a
+    preamble that merely contains a question further up does not count.
+    """
+    prose = _CODE_BLOCK.sub(" ", text.lower()).strip()
+    if prose.endswith("?"):
+        return True
+    breaks = [match.end() for match in _SENTENCE_BREAK.finditer(prose)]
+    last = prose[breaks[-1] :] if breaks else prose
+    return _INTERROGATIVE.match(last.strip(" \t\n*_#\"'(")) is not None
 
 
 def extra_demand(text: str) -> str | None:

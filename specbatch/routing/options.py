@@ -101,7 +101,12 @@ def _peel_trailer(lines: Sequence[str]) -> tuple[int, bool]:
         end = _skip_blank(lines, end - 1)
     for _ in range(_MAX_DIRECTIVES):
         line = lines[end - 1] if end > 0 else ""
-        if end == 0 or option_letter(line) is not None or not _TRAILING_DIRECTIVE.match(line):
+        if (
+            end == 0
+            or option_letter(line) is not None
+            or not _TRAILING_DIRECTIVE.match(line)
+            or _inline_options(line) is not None
+        ):
             break
         end = _skip_blank(lines, end - 1)
     return end, has_cue
@@ -152,6 +157,10 @@ def _inline_options(line: str) -> tuple[str, list[tuple[str, str]], str] | None:
         last = _DIRECTIVE_SPLIT.split(texts[-1], maxsplit=1)
         trailer = last[1] if len(last) > 1 else ""
         texts[-1] = last[0].strip().rstrip(".") if trailer else last[0].strip()
+        if not trailer and texts[-1].endswith("?"):
+            # "Which organelle makes ATP: (A) …, (B) … or (C) a mitochondrion?": the question
+            # mark closes the question around the options, not the last option.
+            texts[-1], trailer = texts[-1][:-1].rstrip(), "?"
         if not all(texts):
             continue
         return stem, [(letter.upper(), text) for letter, text in zip(letters, texts, strict=True)], trailer
