@@ -12,9 +12,9 @@ precision-first:
   stands above it, something marks it as a question to choose from (``Question:``,
   ``Answer:``, "Answer with the letter", "which of the following", a stem whose last
   sentence is a question) and nothing asks for more than a letter (:mod:`.intent`);
-- the fallback (normally the draft model) only for what stays genuinely ambiguous — a
-  readable structure that nothing marks either way — and only among the tasks whose
-  handler can read that prompt;
+- the fallback (normally the draft model) only for what stays genuinely ambiguous — an
+  option list that nothing marks either as a question or as something else — and only
+  among the tasks whose handler can read that prompt;
 - ``infobench`` for everything else, including the request rendering's ``Instruction: …
   Generation:`` frame.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from . import intent
 from .errors import GraphError, GraphLimitError, MMLUParseError, RoutingError
-from .graph_parse import path_fact_request, path_request, read_graph
+from .graph_parse import other_path_question, path_request, read_graph
 from .infobench import ends_with_generation_cue, has_instruction_marker
 from .mmlu import has_question_marker, mentions_multiple_choice, question_from_options
 from .options import OptionList, find_options
@@ -76,12 +76,11 @@ def _graph_evidence(text: str, lower: str) -> Evidence | None:
     demand = intent.extra_demand(question)
     if demand:
         return Evidence("infobench", f"a readable graph, but the prompt asks for more than paths: {demand!r}")
-    fact = path_fact_request(question)
-    if fact:
-        return Evidence("infobench", f"a readable graph, but the question is not 'list the paths': {fact!r}")
+    other = other_path_question(question)
+    if other:
+        return Evidence("infobench", f"a readable graph, but not a plain top-P shortest-path ask: {other!r}")
     if request is None:
-        return Evidence(None, "a readable graph and query but no request for shortest paths",
-                        ("graph", "infobench"))
+        return Evidence("infobench", "a readable graph and query, but no request for shortest paths")
     if not problem.num_paths_stated:
         return Evidence("infobench", f"asks for shortest paths ({request!r}) without saying how many")
     return Evidence("graph", "a fully read weighted graph, one source and target, and a count of paths")
@@ -95,20 +94,22 @@ def _mmlu_evidence(text: str, options: OptionList | None) -> Evidence | None:
         question = question_from_options(options)
     except MMLUParseError:
         return Evidence("infobench", "a lettered list with nothing above it")
-    around = f"{options.before}\n{options.after}"
-    demand = intent.extra_demand(around) or intent.asks_to_write_questions(around)
+    # An inline last option runs to the end of its line and may carry the rest of the ask.
+    around = "\n".join((options.before, options.after, options.choices[-1] if options.inline else ""))
+    demand = (
+        intent.extra_demand(around)
+        or intent.asks_to_write_questions(around)
+        or intent.opinion_request(around)
+        or intent.open_question_after(options.after)
+    )
     if demand:
         return Evidence("infobench", f"a lettered list, but the prompt asks for more: {demand!r}")
-    opinion = intent.opinion_request(around)
-    if opinion:
-        return Evidence(None, f"a lettered list and a request for an opinion: {opinion!r}",
-                        ("mmlu", "infobench"))
     if (
         options.has_header
         or options.has_answer_cue
         or has_question_marker(options.before)
         or intent.is_question(question.stem)
-        or "?" in options.after
+        or intent.choosing_question(options.after)
         or intent.choice_request(around)
         or mentions_multiple_choice(options.before)
     ):

@@ -29,21 +29,25 @@ _NODE = r"(?:node\s*)?(\d+)"
 _OPS = r"<-->|<->|-->|->|=>|→|⟶|↔|—>|–>|--|—|–|-"
 _TWO_WAY_OPS = frozenset({"<-->", "<->", "↔", "--", "—", "–", "-"})
 _KEY = r"(?:weight|cost|w|wt|length|distance|dist|time)"
+# What may follow a weight: a unit ("2 km", "5 min") and, on an edge line, a comment.
+_UNIT = r"(?:\s*(?:km|kms|m|mi|miles?|minutes?|mins?|hours?|hrs?|h|s|secs?|seconds?|units?|ms))?"
+_COMMENT = r"(?:\s*(?:#|//)[^\n]*)?"
 _ITEM_PREFIX = r"(?:[-*•+][ \t]+|\d+[.)][ \t]+|(?:edge|arc|e)[ \t]*\d+[ \t]*[:.)][ \t]*)?"
 
 _LINE_EDGE = re.compile(
     rf"^[ \t]*{_ITEM_PREFIX}{_NODE}[ \t]*({_OPS})[ \t]*{_NODE}(?![\w.])([^\n]*)$"
 )
+_LINE_FROM_TO = re.compile(rf"^[ \t]*{_ITEM_PREFIX}from[ \t]+{_NODE}[ \t]+to[ \t]+{_NODE}(?![\w.])([^\n]*)$")
 _LINE_WEIGHT = re.compile(
     rf"^\s*[,:;]?\s*(?:[(\[{{]\s*(?:{_KEY}\s*[:=]?\s*)?({_NUM})\s*[)\]}}]"
     rf"|(?:with\s+)?(?:a\s+)?{_KEY}\s*(?:of\s+|is\s+|[:=]\s*)?({_NUM})"
-    rf"|[:=]?\s*({_NUM}))\s*[.,;]?\s*$",
+    rf"|[:=]?\s*({_NUM})){_UNIT}\s*[.,;]?{_COMMENT}\s*$",
 )
 _INLINE_EDGE = re.compile(
     rf"(?<![\w.]){_NODE}\s*({_OPS})\s*{_NODE}(?![\w.])\s*"
-    rf"(?:[(\[{{]\s*(?:{_KEY}\s*[:=]?\s*)?({_NUM})\s*[)\]}}]"
-    rf"|,?\s*(?:with\s+)?(?:a\s+)?{_KEY}\s*(?:of\s+|is\s+|[:=]\s*)?({_NUM})"
-    rf"|[:=]\s*({_NUM}))",
+    rf"(?:[(\[{{]\s*(?:{_KEY}\s*[:=]?\s*)?({_NUM}){_UNIT}\s*[)\]}}]"
+    rf"|,?\s*(?:with\s+)?(?:a\s+)?{_KEY}\s*(?:of\s+|is\s+|[:=]\s*)?({_NUM}){_UNIT}"
+    rf"|[:=]\s*({_NUM}){_UNIT})",
 )
 _WEIGHTED_ARROW = re.compile(
     rf"(?<![\w.]){_NODE}\s*-+\s*[(\[]?\s*({_NUM})\s*[)\]]?\s*-*>\s*{_NODE}(?![\w.])"
@@ -52,6 +56,7 @@ _TUPLE = re.compile(
     rf"[(\[]\s*{_NODE}\s*,\s*{_NODE}\s*,\s*(?:\{{\s*['\"]?{_KEY}['\"]?\s*:\s*({_NUM})\s*\}}"
     rf"|(?:{_KEY}\s*[:=]\s*)?({_NUM}))\s*[)\]]",
 )
+_KEYED_PAIR = re.compile(rf"[(\[]\s*{_NODE}\s*,\s*{_NODE}\s*[)\]]\s*:\s*({_NUM})")
 _OBJECT = re.compile(r"\{[^{}\n]*\}")
 _OBJECT_FIELD = re.compile(rf"['\"]?(\w+)['\"]?\s*:\s*({_NUM})")
 _SOURCE_KEYS = frozenset({"from", "source", "src", "u", "start"})
@@ -65,7 +70,7 @@ _PROSE_EDGE = re.compile(
 _UNREAD_PROSE = re.compile(
     r"\d+\s+(?:is\s+)?(?:connected|connects|linked|links|joined|joins)\s+(?:to|with)\s+(?:node\s*)?\d+",
 )
-_CELL_BREAK = r"[ \t]*[|,\t ][ \t]*"
+_CELL_BREAK = r"[ \t]*[|,:\t ][ \t]*"
 _TABLE_ROW = re.compile(rf"^[ \t]*\|?[ \t]*(\d+){_CELL_BREAK}(\d+){_CELL_BREAK}({_NUM})[ \t]*\|?[ \t]*$")
 _TABLE_RULE = re.compile(r"^[ \t]*\|?[ \t:|-]+$")
 _HEADER_WORDS = re.compile(r"[a-z]+")
@@ -80,7 +85,7 @@ _UNCOVERED_ARROW = re.compile(r"\d+\s*(?:<-->|<->|-->|->|=>|→|⟶|↔|—>|–
 # or nothing but a bullet or bracket), between two (separators) and after the last (a
 # closing bracket, then the end of the line or a sentence break).
 _LIST_LEAD = re.compile(
-    r"(?:^|\b(?:edges?|arcs?|links?|connections?|roads?|streets?)[\"']?\s*(?:\([^)]*\))?\s*"
+    r"(?:^|\b(?:edges?|arcs?|links?|connections?|roads?|streets?|weights?|graph|g)[\"']?\s*(?:\([^)]*\))?\s*"
     r"(?:are|is|list|as\s+follows)?\s*[:=]?)[\s\-*•\[{(]*$"
 )
 _LIST_GAP = re.compile(r"^[\s,;]*(?:\b(?:and|or)\b)?[\s,;]*$")
@@ -156,7 +161,12 @@ def _inline_items(line: str) -> tuple[list[tuple[int, int, Edge]], bool]:
         head, tail, in_dict, plain = match.groups()
         weight = in_dict if in_dict is not None else plain
         found.append((match.start(), match.end(), Edge(int(head), int(tail), parse_weight(weight))))
+    for match in _KEYED_PAIR.finditer(line):
+        head, tail, weight = match.groups()
+        found.append((match.start(), match.end(), Edge(int(head), int(tail), parse_weight(weight))))
     for match in _OBJECT.finditer(line):
+        if any(start <= match.start() < end for start, end, _ in found):
+            continue
         edge = _object_edge(match.group(0))
         if edge is not None:
             found.append((match.start(), match.end(), edge))
@@ -209,10 +219,19 @@ def _object_edge(body: str) -> Edge | None:
 
 
 def _line_edge(line: str) -> tuple[Edge | None, bool]:
-    """(the edge when ``line`` is one weighted edge, whether the line starts like an edge)."""
+    """(the edge when ``line`` is one weighted edge, whether the line starts like an edge).
+
+    A line "from 0 to 1, weight 3" is an edge only with its weight; without one it may be
+    the question ("from node 0 to node 4:"), so it is not an edge-shaped error either.
+    """
     match = _LINE_EDGE.match(line)
     if match is None:
-        return None, False
+        sentence = _LINE_FROM_TO.match(line)
+        weight = _LINE_WEIGHT.match(sentence.group(3)) if sentence else None
+        if sentence is None or weight is None:
+            return None, False
+        head, tail, _ = sentence.groups()
+        return _weighted(head, "->", tail, _first(*weight.groups()), line), True
     weight = _LINE_WEIGHT.match(match.group(4))
     if weight is None:
         return None, True

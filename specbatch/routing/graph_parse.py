@@ -27,7 +27,7 @@ MAX_PATHS = 100
 # Yen's work grows with paths × edges; 80 nodes, 3 100 edges and P = 100 take about 0.2 s.
 MAX_PATH_WORK = 400_000
 
-_N = r"(?:node|vertex)?\s*(\d+)"
+_N = r"(?:node|vertex|town|city|station|stop|intersection|location)?\s*(\d+)"
 _UNDIRECTED_WORDS = ("undirected", "bidirectional", "bi-directional", "two-way", "both directions")
 _NODE_COUNT = re.compile(r"\b(\d+)\s+(?:nodes|vertices)\b")
 _NODE_RANGE = re.compile(
@@ -61,16 +61,31 @@ _PATH_COUNT = re.compile(
 _PATH_REQUEST = re.compile(
     r"\b(?:shortest|cheapest|lightest|least[\s-]+(?:cost(?:ly)?|expensive|weight)|lowest[\s-]+(?:cost|weight)"
     r"|lowest[\s-]+total[\s-]+(?:weight|cost)|min(?:imum)?[\s-]+(?:total[\s-]+)?(?:cost|weight)|best)\b"
-    r"(?:[\s-]+[a-z]+){0,2}?[\s-]+(paths?|routes?)\b"
+    r"(?:[\s-]+[a-z0-9]+){0,2}?[\s-]+(paths?|routes?)\b"
     r"|\b(paths?|routes?)\b[^.\n]{0,40}?\b(?:smallest|lowest|minimum|least)\s+(?:total\s+)?(?:weight|cost)"
     r"|\b(paths?|routes?)\b[^.\n]{0,30}?\b(?:ranked|ordered|sorted)?\s*by\s+(?:total\s+)?(?:weight|cost)"
     r"|\bk[\s-]*shortest\b|\bsubmit_paths\b",
 )
 _ALL_PATHS = re.compile(r"\ball\s+(?:the\s+|of\s+the\s+)?(?:[a-z]+\s+){0,2}?(?:paths|routes)\b")
-_PATH_FACT = re.compile(
+# Questions about paths whose answer is not "the top P shortest simple paths from S to T":
+# a length, a count or existence; a constraint (avoid, via, visit all, at most k hops); a
+# changed graph ("if every weight is doubled", "remove edge 1->2"); a claim to check; the
+# trace of an algorithm ("nodes expanded", "distance table after each iteration").
+_OTHER_PATH_QUESTION = re.compile(
     r"\b(?:length|weight|cost|distance|total)\s+of\s+(?:the\s+|each\s+|a\s+)?(?:[a-z]+\s+)?(?:shortest|cheapest|best)"
     r"|\bhow\s+(?:long|far|many|much)\b|\bis\s+there\s+(?:a|any)\b|\bdoes\s+(?:a|any)\s+path\s+exist"
-    r"|\bnumber\s+of\s+(?:\w+\s+)?paths\b(?!\s*:)|\blongest\b|\bcount\s+(?:the\s+)?(?:\w+\s+)?paths\b",
+    r"|\bnumber\s+of\s+(?:\w+\s+)?paths\b(?!\s*:)|\blongest\b|\bcount\s+(?:the\s+)?(?:\w+\s+)?paths\b"
+    r"|\b(?:avoid(?:s|ing)?|bypass(?:es|ing)?)\b|\b(?:through|via)\s+(?:node|vertex)"
+    r"|\bpass(?:es|ing)?\s+(?:through|via)\b|\bvisit(?:s|ing)?\s+(?:every|each|all|exactly|node|vertex)"
+    r"|\b(?:without|except(?:\s+for)?|exclud(?:e|es|ing))\s+(?:\w+\s+){0,2}?(?:node|edge|vertex)"
+    r"|\b(?:at\s+(?:most|least)|exactly|no\s+more\s+than)\s+\d+\s+(?:edges|hops|steps|nodes|stops)"
+    r"|\bmust\s+(?:use|pass|go|visit|include|contain|start|end)"
+    r"|\b(?:if|when|after|suppose|assuming)\b[^.?!\n]{0,60}?\b(?:doubled|halved|removed|deleted|added|"
+    r"increased|decreased|changed|blocked|closed|reversed|negated|set\s+to)\b"
+    r"|\b(?:remove|delete|reverse|block|close|double|halve|increase|decrease)\s+(?:the\s+|edge|node|every|all)"
+    r"|\btrue\s+or\s+false\b|\b(?:true|false|correct|right)\s*\?|\bis\s+the\s+following\s+(?:statement\s+)?true"
+    r"|\b(?:expanded|iterations?|distance\s+table|priority\s+queue|relax(?:ation|ed|es)?|predecessors?|"
+    r"visited\s+order|order\s+of\s+visit|trace)\b",
 )
 
 
@@ -96,9 +111,14 @@ def path_request(text: str) -> str | None:
     return match.group(0) if match else None
 
 
-def path_fact_request(text: str) -> str | None:
-    """A question about paths that is not "list the shortest ones": a length, a count, existence."""
-    match = _PATH_FACT.search(text.lower())
+def other_path_question(text: str) -> str | None:
+    """A question about paths whose answer is not the top-P shortest paths themselves.
+
+    A length, a count, existence, a constraint (avoid or pass through a node), a changed
+    graph, a claim to check, an algorithm's trace: the graph handler would answer a
+    different question, so the classifier leaves these to the LLM.
+    """
+    match = _OTHER_PATH_QUESTION.search(text.lower())
     return match.group(0) if match else None
 
 

@@ -21,7 +21,9 @@ _DEMAND_VERB = re.compile(
     r"rewrite|re-?word|write(?!\s+(?:down|only|just|your\s+(?:final\s+)?answer|the\s+(?:letter|answer|paths?)))|"
     r"compose|draft|create|generate|design|make(?!\s+sure)|invent|translate|summari[sz]e|paraphrase|"
     r"evaluate|assess|analy[sz]e|critique|elaborate|argue|debate|draw|plot|sketch|visuali[sz]e|"
-    r"illustrate|implement|prove|derive|outline|brainstorm|convert|simulate|"
+    r"illustrate|implement|prove|derive|outline|brainstorm|convert|simulate|check|verify|grade|review|"
+    r"proofread|add|modify|change|edit|improve|turn|transform|reformulate|rephrase|restate|shorten|expand|"
+    r"simplify|fix|remove|delete|"
     r"tell\s+me\s+(?:why|how|about)|walk\s+me\s+through|teach)\b",
 )
 # What may stand right before a demand verb for it to be an imperative: the start of the
@@ -40,6 +42,11 @@ _DEMAND_PHRASE = re.compile(
     r"|show\s+(?:your|all|the)\s+(?:work|working|reasoning|steps|calculations?)"
     r"|step[\s-]+by[\s-]+step\s+(?:explanation|solution|walkthrough|derivation)"
     r"|(?:and|,)\s+why\b|pros\s+and\s+cons|for\s+each\s+(?:option|choice|answer|of\s+the)"
+    r"|(?:select|choose|pick|mark|circle)\s+(?:all|every|each|two|three|both)\b|all\s+that\s+apply"
+    r"|more\s+than\s+one\s+(?:correct\s+)?(?:answer|option)"
+    r"|(?:give|provide|offer|want|need)\s+(?:me\s+)?(?:some\s+|your\s+)?feedback"
+    r"|is\s+(?:that|this|it|my\s+answer)\s+(?:right|correct)"
+    r"|(?:,\s*|\s)and\s+(?:what|why|how|who|where|when)\b|\bhints?\b|don'?t\s+(?:tell|give)\s+me\s+the\s+answer"
     r"|(?:answer|respond|reply|output|return|give|format|present)\b[^.\n]{0,40}?\b(?:in|as)\s+(?:a\s+)?"
     r"(?:json|yaml|xml|csv|table|markdown\s+table|bulleted\s+list|python\s+(?:list|dict))"
     r"|in\s+(?:\d+|one|two|three|a\s+few)\s+(?:words|sentences|paragraphs))",
@@ -61,12 +68,19 @@ _CHOICE = re.compile(
 )
 _OPINION = re.compile(
     r"\b(?:should\s+i|would\s+you|do\s+you\s+(?:think|prefer|like|recommend)|your\s+(?:opinion|"
-    r"favou?rite|thoughts|preference)|what\s+do\s+you\s+think|which\s+do\s+you|do\s+you\s+agree)\b",
+    r"favou?rite|thoughts|preference)|what\s+do\s+you\s+think|which\s+do\s+you|do\s+you\s+agree|"
+    r"help\s+me\s+(?:choose|decide|pick))\b",
 )
+_WHICH_QUESTION = re.compile(r"\bwhich\b[^?]*\?|\bwhat\s+is\s+the\s+(?:correct|right|best)\b[^?]*\?")
 
 
 _CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SENTENCE_BREAK = re.compile(r"[.!?](?=\s)")
+_BLANK = re.compile(r"_{3,}|\bfill\s+in\s+the\s+blank")
+# A stem that stops where the options take over: "... is", "... is:", "... caused by".
+_DANGLING = re.compile(
+    r"\b(?:is|are|was|were|be|by|of|the|an?|to|from|into|called|known\s+as|named)\s*[:…]?\s*$"
+)
 _INTERROGATIVE = re.compile(
     r"(?:which|what|who|whom|whose|where|when|why|how|is|are|was|were|does|do|did|can|could|will)\b"
 )
@@ -80,11 +94,13 @@ def _found(pattern: re.Pattern[str], text: str) -> str | None:
 def is_question(text: str) -> bool:
     """Whether the last sentence of ``text`` (code blocks aside) asks a question.
 
-    It ends in "?" or opens with an interrogative ("Which organelle produces ATP:"); a
-    preamble that merely contains a question further up does not count.
+    It ends in "?", opens with an interrogative ("Which organelle produces ATP:"), leaves
+    a blank to fill ("… is ____.") or breaks off for the options to complete it ("The
+    language with the most speakers is:"); a preamble that merely contains a question
+    further up does not count.
     """
     prose = _CODE_BLOCK.sub(" ", text.lower()).strip()
-    if prose.endswith("?"):
+    if prose.endswith("?") or _BLANK.search(prose) or _DANGLING.search(prose):
         return True
     breaks = [match.end() for match in _SENTENCE_BREAK.finditer(prose)]
     last = prose[breaks[-1] :] if breaks else prose
@@ -111,5 +127,17 @@ def choice_request(text: str) -> str | None:
 
 
 def opinion_request(text: str) -> str | None:
-    """Wording that asks for the reader's preference, which a scored letter does not answer."""
+    """Wording that asks for the reader's preference or advice, which a scored letter does not give."""
     return _found(_OPINION, text)
+
+
+def choosing_question(after: str) -> bool:
+    """Whether the text after an option list asks which option is right ("Which one lowers …?")."""
+    return after.strip() == "?" or _WHICH_QUESTION.search(after.lower()) is not None
+
+
+def open_question_after(after: str) -> str | None:
+    """A question after the options that does not ask to choose one ("What factors matter?")."""
+    if "?" not in after or choosing_question(after):
+        return None
+    return " ".join(after[: after.index("?") + 1].split()[-12:])

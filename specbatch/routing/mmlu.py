@@ -19,7 +19,9 @@ from .errors import MMLUParseError
 from .options import LETTERS, OptionList, find_options
 from .text import normalize_newlines
 
-_QUESTION_MARKER = re.compile(r"^[ \t]*question[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE)
+_QUESTION_MARKER = re.compile(
+    r"^[ \t]*(?:question|q)(?:[ \t]*\d+)?[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE
+)
 _MULTIPLE_CHOICE = re.compile(r"multiple[\s-]+choice", re.IGNORECASE)
 _SUBJECT = re.compile(
     r"multiple[\s-]+choice\s+questions?\b[^\n]*?\babout\s+([^\n]+?)\s*\.(?:\s|$)", re.IGNORECASE
@@ -37,7 +39,7 @@ class MMLUQuestion:
 
 
 def has_question_marker(text: str) -> bool:
-    """True when a line starts with ``Question:``."""
+    """True when a line starts with ``Question:`` (or ``Q:``, ``Question 3:``)."""
     return _QUESTION_MARKER.search(text) is not None
 
 

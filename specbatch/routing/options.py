@@ -37,7 +37,8 @@ _INLINE_HEADER = re.compile(
     re.IGNORECASE,
 )
 ANSWER_CUE = re.compile(
-    r"^\s*(?:the\s+|your\s+)?(?:correct\s+|final\s+|best\s+)?answer(?:\s+is)?\s*(?:\([^)\n]{0,30}\))?\s*:?\s*"
+    r"^\s*a\s*:\s*$|^\s*(?:the\s+|your\s+)?(?:correct\s+|final\s+|best\s+)?"
+    r"(?:answer|antwort|respuesta|réponse|risposta|resposta|antwoord)(?:\s+is)?\s*(?:\([^)\n]{0,30}\))?\s*:?\s*"
     r"(?:_+|\.\.\.|…)?\s*(?:let'?s\s+think\s+step\s+by\s+step\.?\s*)?$",
     re.IGNORECASE,
 )

@@ -113,8 +113,8 @@ def test_lookalike_open_instructions_are_infobench(prompt: str):
     assert classify(prompt, fallback=lambda _: "mmlu") == "infobench"
 
 
-# A completion stem over lettered options, with nothing that asks to choose or to do anything else.
-AMBIGUOUS = "The largest planet of the solar system is\n\nA. Mars\nB. Jupiter\nC. Venus"
+# Lettered options with nothing that asks to choose among them or to do anything else.
+AMBIGUOUS = "Here are my dinner options for tonight:\n\nA. Pizza\nB. Sushi\nC. Tacos"
 
 
 def test_unmarked_option_list_is_ambiguous():
@@ -150,13 +150,10 @@ def test_failing_fallback_routes_to_infobench():
     assert classify(AMBIGUOUS, fallback=broken) == "infobench"
 
 
-def test_readable_graph_without_a_shortest_path_request_is_ambiguous_between_graph_and_infobench():
+def test_readable_graph_without_a_shortest_path_request_is_infobench():
     prompt = "What is the best way to get from node 0 to node 2?\n\n0 -> 1, weight: 1\n1 -> 2, weight: 1"
-    evidence = route_evidence(prompt)
-    assert evidence.decision is None
-    assert evidence.candidates == ("graph", "infobench")
-    assert classify(prompt, fallback=lambda _: "graph") == "graph"
-    assert classify(prompt, fallback=lambda _: "mmlu") == "infobench"
+    assert route_evidence(prompt).decision == "infobench"
+    assert classify(prompt + "\nFind the shortest path.") == "graph"
 
 
 def test_fallback_may_only_pick_a_task_whose_handler_reads_the_prompt():
