@@ -31,7 +31,7 @@ from .graph_parse import other_path_question, path_request, read_graph
 from .infobench import ends_with_generation_cue, has_instruction_marker
 from .mmlu import has_question_marker, mentions_multiple_choice, question_from_options
 from .options import OptionList, find_options
-from .text import normalize_newlines
+from .text import collapse_spaces, normalize_newlines
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _mmlu_evidence(text: str, options: OptionList | None) -> Evidence | None:
 
 def route_evidence(prompt: str) -> Evidence:
     """Classify by structure and wording, and say why; ambiguous prompts get ``decision=None``."""
-    text = normalize_newlines(prompt)
+    text = collapse_spaces(normalize_newlines(prompt))
     if has_instruction_marker(text) and ends_with_generation_cue(text):
         return Evidence("infobench", "Instruction: … Generation: frame")
     graph = _graph_evidence(text, text.lower())

@@ -68,7 +68,7 @@ _PROSE_EDGE = re.compile(
     rf"(?:of\s+|is\s+|[:=]\s*)?({_NUM}))?",
 )
 _UNREAD_PROSE = re.compile(
-    r"\d+\s+(?:is\s+)?(?:connected|connects|linked|links|joined|joins)\s+(?:to|with)\s+(?:node\s*)?\d+",
+    r"(?<!\d)\d+\s+(?:is\s+)?(?:connected|connects|linked|links|joined|joins)\s+(?:to|with)\s+(?:node\s*)?\d+",
 )
 _CELL_BREAK = r"[ \t]*[|,:\t ][ \t]*"
 _TABLE_ROW = re.compile(rf"^[ \t]*\|?[ \t]*(\d+){_CELL_BREAK}(\d+){_CELL_BREAK}({_NUM})[ \t]*\|?[ \t]*$")
@@ -80,13 +80,13 @@ _COLUMN_ROLES = {
     **dict.fromkeys(("weight", "w", "cost", "length", "distance", "dist", "time"), "weight"),
 }
 _MENTIONS_EDGES = re.compile(r"\b(?:edges?|arcs?)\b")
-_UNCOVERED_ARROW = re.compile(r"\d+\s*(?:<-->|<->|-->|->|=>|→|⟶|↔|—>|–>)\s*(?:node\s*)?\d+")
+_UNCOVERED_ARROW = re.compile(r"(?<!\d)\d+\s*(?:<-->|<->|-->|->|=>|→|⟶|↔|—>|–>)\s*(?:node\s*)?\d+")
 # Around edges written inline: what may come before the first (a label ending in "edges",
 # or nothing but a bullet or bracket), between two (separators) and after the last (a
 # closing bracket, then the end of the line or a sentence break).
 _LIST_LEAD = re.compile(
-    r"(?:^|\b(?:edges?|arcs?|links?|connections?|roads?|streets?|weights?|graph|g)[\"']?\s*(?:\([^)]*\))?\s*"
-    r"(?:are|is|list|as\s+follows)?\s*[:=]?)[\s\-*•\[{(]*$"
+    r"(?:^|\b(?:edges?|arcs?|links?|connections?|roads?|streets?|weights?|graph|g)[\"']?(?:\s*\([^)]*\))?"
+    r"(?:\s+(?:are|is|list|as\s+follows))?(?:\s*[:=])?)[\s\-*•\[{(]*$"
 )
 _LIST_GAP = re.compile(r"^[\s,;]*(?:\b(?:and|or)\b)?[\s,;]*$")
 _LIST_END = re.compile(r"^[\s\])}]*(?:$|[.,;:!?])")
@@ -241,6 +241,8 @@ def _line_edge(line: str) -> tuple[Edge | None, bool]:
 
 def read_edges(text: str) -> tuple[list[Edge], str]:
     """The edges written in ``text``, and the rest of the text, lower-cased: the question.
+
+    ``text`` has ``\\n`` line ends and collapsed blanks (:func:`.text.collapse_spaces`).
 
     Edge lines are dropped from the rest and edges written in sentences blanked out, so
     the query is read from the question alone ("an edge from 0 to 1" is not taken for

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .edges import Weight, read_edges
 from .errors import GraphError, GraphLimitError
-from .text import normalize_newlines
+from .text import collapse_spaces, normalize_newlines
 
 MAX_NODES = 1000
 MAX_EDGES = 10_000
@@ -194,7 +194,7 @@ def parse_graph(prompt: str) -> GraphProblem:
 
 def read_graph(prompt: str) -> tuple[GraphProblem, str]:
     """:func:`parse_graph`, and the prompt's text without its edges: the question to read the wording of."""
-    text = normalize_newlines(prompt)
+    text = collapse_spaces(normalize_newlines(prompt))
     edges, question = read_edges(text)
     if not edges:
         raise GraphError("graph prompt has no edge lines of the form 'a -> b, weight: w'")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .errors import MMLUParseError
 from .options import LETTERS, OptionList, find_options
-from .text import normalize_newlines
+from .text import collapse_spaces, normalize_newlines
 
 _QUESTION_MARKER = re.compile(
     r"^[ \t]*(?:question|q)(?:[ \t]*\d+)?[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE
@@ -82,7 +82,7 @@ def parse_mmlu(prompt: str) -> MMLUQuestion:
     :class:`MMLUParseError` when the text does not end in a lettered option list (A, B,
     ... with 2 to 10 options) or has no stem above it.
     """
-    options = find_options(normalize_newlines(prompt))
+    options = find_options(collapse_spaces(normalize_newlines(prompt)))
     if options is None:
         raise MMLUParseError(
             "no lettered option list (A. ..., B. ..., at least two options) at the end of the prompt"

@@ -175,7 +175,10 @@ def _header_above(lines: Sequence[str], index: int) -> int | None:
 
 
 def find_options(text: str) -> OptionList | None:
-    """The option list that ends ``text`` (``\\n`` line ends), or ``None`` when there is none."""
+    """The option list that ends ``text``, or ``None`` when there is none.
+
+    ``text`` has ``\\n`` line ends and collapsed blanks (:func:`.text.collapse_spaces`).
+    """
     parts = text.rsplit("\n", _TAIL_LINES)
     head, lines = (parts[0] + "\n", parts[1:]) if len(parts) > _TAIL_LINES else ("", parts)
     end, has_cue = _peel_trailer(lines)

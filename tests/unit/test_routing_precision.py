@@ -10,6 +10,8 @@ force over the ground-truth edges the author wrote down, not over what the parse
 
 from __future__ import annotations
 
+import contextlib
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -166,3 +168,24 @@ def test_corpus_format_keeps_prompts_verbatim_and_applies_transforms():
 def test_corpus_format_errors_name_the_problem(text: str, message: str):
     with pytest.raises(CorpusFormatError, match=message):
         parse_corpus(text)
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Question: x\nA. a\nB. b\nanswer" + " " * 50_000 + "x",
+        "Find the 2 shortest paths from node 0 to node 1.\n0 -> 1, weight" + "\t" * 50_000 + "x",
+        "edges" + " " * 50_000 + "x 0->1 (w=1), 1->2 (w=1)",
+        "shortest paths from node 0 to node 1\n0 -> 1" + "0" * 50_000 + " -> 2",
+        "which" + " (0,1,2)" * 10_000 + "?",
+    ],
+    ids=["answer-cue", "edge-weight", "edge-list-label", "digit-run", "tuple-run"],
+)
+def test_routing_time_stays_linear_on_long_runs_of_one_character(prompt: str):
+    """Patterns with adjacent optional parts once backtracked for seconds on a few kilobytes of blanks."""
+    start = time.perf_counter()
+    classify(prompt)
+    for parse in (parse_graph, parse_mmlu):
+        with contextlib.suppress(ValueError):
+            parse(prompt)
+    assert time.perf_counter() - start < 2.0
