@@ -25,8 +25,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+from .graph import format_submit_paths, solve_graph
+from .mmlu import parse_mmlu
 
 LABELS = ("graph", "mmlu", "infobench", "ambiguous")
 CANNED = ("graph", "mmlu")
@@ -53,6 +57,47 @@ class Corpus:
 
     cases: list[LabelledPrompt]
     graphs: dict[str, list[tuple[int, int, int | float]]]
+
+
+def _exact(weight: int | float) -> int | Fraction:
+    return weight if isinstance(weight, int) else Fraction(str(weight))
+
+
+def reference_answer(corpus: Corpus, case: LabelledPrompt) -> str:
+    """The ``submit_paths`` answer a graph case should get, by brute force over its ground truth.
+
+    Every simple path is enumerated, so this is for the small hand-written graphs of a
+    corpus only; it shares nothing with the parser or Yen's algorithm it checks.
+    """
+    expect = case.expect
+    successors: dict[int, dict[int, int | Fraction]] = {}
+    for u, v, w in corpus.graphs[expect["graph"]]:
+        for a, b in [(u, v)] if expect["directed"] else [(u, v), (v, u)]:
+            out = successors.setdefault(a, {})
+            out[b] = min(out.get(b, _exact(w)), _exact(w))
+    found: list[tuple[int | Fraction, tuple[int, ...]]] = []
+
+    def walk(path: list[int], weight: int | Fraction) -> None:
+        if path[-1] == expect["target"]:
+            found.append((weight, tuple(path)))
+            return
+        for nxt, w in successors.get(path[-1], {}).items():
+            if nxt not in path:
+                walk([*path, nxt], weight + w)
+
+    walk([expect["source"]], 0)
+    return format_submit_paths([(path, weight) for weight, path in sorted(found)[: expect["paths"]]])
+
+
+def handler_reads_it(corpus: Corpus, case: LabelledPrompt) -> bool:
+    """Whether the handler of a graph or mmlu case reads it right: the exact answer, or the options."""
+    try:
+        if case.task == "graph":
+            return solve_graph(case.prompt) == reference_answer(corpus, case)
+        question = parse_mmlu(case.prompt)
+    except ValueError:
+        return False
+    return question.labels == case.expect["labels"] and question.choices[-1] == case.expect["last"]
 
 
 class CorpusFormatError(ValueError):

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from specbatch.routing import classify, parse_graph, parse_mmlu, route_evidence, solve_graph
-from specbatch.routing.graph import format_submit_paths
 from specbatch.routing.labelled import (
     CorpusFormatError,
     LabelledPrompt,
+    handler_reads_it,
     load_corpus,
     parse_corpus,
+    reference_answer,
     score,
 )
 
@@ -35,31 +35,6 @@ RECALL_FLOOR = 0.9
 
 def ids(cases: list[LabelledPrompt]) -> list[str]:
     return [case.id for case in cases]
-
-
-def exact(weight: float) -> int | Fraction:
-    return weight if isinstance(weight, int) else Fraction(str(weight))
-
-
-def expected_answer(case: LabelledPrompt) -> str:
-    """The top-P simple paths by brute force over the case's ground-truth graph."""
-    successors: dict[int, dict[int, int | Fraction]] = {}
-    for u, v, w in CORPUS.graphs[case.expect["graph"]]:
-        arcs = [(u, v)] if case.expect["directed"] else [(u, v), (v, u)]
-        for a, b in arcs:
-            successors.setdefault(a, {})[b] = exact(w)
-    found: list[tuple[int | Fraction, tuple[int, ...]]] = []
-
-    def walk(path: list[int], weight: int | Fraction) -> None:
-        if path[-1] == case.expect["target"]:
-            found.append((weight, tuple(path)))
-            return
-        for nxt, w in successors.get(path[-1], {}).items():
-            if nxt not in path:
-                walk([*path, nxt], weight + w)
-
-    walk([case.expect["source"]], 0)
-    return format_submit_paths([(path, weight) for weight, path in sorted(found)[: case.expect["paths"]]])
 
 
 def test_corpus_has_enough_cases_of_every_kind():
@@ -96,7 +71,7 @@ def test_graph_prompts_that_route_to_graph_are_answered_exactly(case: LabelledPr
     assert (problem.source, problem.target, problem.num_paths, problem.directed) == (
         expect["source"], expect["target"], expect["paths"], expect["directed"]
     )
-    assert solve_graph(case.prompt) == expected_answer(case)
+    assert solve_graph(case.prompt) == reference_answer(CORPUS, case)
 
 
 @pytest.mark.parametrize("case", BY_TASK["mmlu"], ids=ids(BY_TASK["mmlu"]))
@@ -109,20 +84,12 @@ def test_mmlu_prompts_that_route_to_mmlu_parse_their_options(case: LabelledPromp
     assert question.stem
 
 
-def reaches_handler(case: LabelledPrompt) -> bool:
-    """Routed to its task, and the handler's reading is right (graph: the exact answer)."""
-    if classify(case.prompt) != case.task:
-        return False
-    if case.task == "graph":
-        return solve_graph(case.prompt) == expected_answer(case)
-    question = parse_mmlu(case.prompt)
-    return question.labels == case.expect["labels"] and question.choices[-1] == case.expect["last"]
-
-
 @pytest.mark.parametrize("task", ["graph", "mmlu"])
 def test_at_least_ninety_percent_of_paraphrases_reach_their_handler(task: str):
     cases = BY_TASK[task]
-    missed = [case.id for case in cases if not reaches_handler(case)]
+    missed = [
+        case.id for case in cases if classify(case.prompt) != task or not handler_reads_it(CORPUS, case)
+    ]
     assert 1 - len(missed) / len(cases) >= RECALL_FLOOR, f"missed: {missed}"
 
 
@@ -189,3 +156,20 @@ def test_routing_time_stays_linear_on_long_runs_of_one_character(prompt: str):
         with contextlib.suppress(ValueError):
             parse(prompt)
     assert time.perf_counter() - start < 2.0
+
+
+def test_reference_answer_is_a_brute_force_over_the_ground_truth_graph():
+    corpus = parse_corpus(
+        "@graph T [[0, 1, 2], [1, 2, 2], [0, 2, 5], [2, 1, 1]]\n"
+        '=== right | graph\nexpect: {"graph": "T", "directed": true, "source": 0, "target": 2, "paths": 2}\n'
+        "---\nFind the top 2 shortest paths from node 0 to node 2.\n"
+        "0 -> 1 (2)\n1 -> 2 (2)\n0 -> 2 (5)\n2 -> 1 (1)\n"
+        '=== misread | graph\nexpect: {"graph": "T", "directed": false, "source": 0, "target": 2, '
+        '"paths": 2}\n'
+        "---\nFind the top 2 shortest paths from node 0 to node 2.\n0 -> 1 (2)\n1 -> 2 (2)\n0 -> 2 (5)\n"
+    )
+    right, misread = corpus.cases
+    assert reference_answer(corpus, right) == "submit_paths(paths=[[0, 1, 2], [0, 2]], weights=[4, 5])"
+    assert reference_answer(corpus, misread) == "submit_paths(paths=[[0, 1, 2], [0, 2]], weights=[3, 5])"
+    assert handler_reads_it(corpus, right)
+    assert not handler_reads_it(corpus, misread)
