@@ -90,7 +90,7 @@ _UNCOVERED_ARROW = re.compile(r"(?<!\d)\d+\s*(?:<-->|<->|-->|->|=>|→|⟶|↔|�
 # or nothing but a bullet or bracket), between two (separators) and after the last (a
 # closing bracket, then the end of the line or a sentence break).
 _LIST_LEAD = re.compile(
-    r"(?:^|\b(?:edges?|arcs?|links?|connections?|roads?|streets?|weights?|graph|g)[\"']?(?:\s*\([^)]*\))?"
+    r"(?:^|\b(?:edges?|arcs?|links?|connections?|roads?|streets?|weights?|lengths?|distances?|costs?|graph|g)[\"']?(?:\s*\([^)]*\))?"
     r"(?:\s+(?:are|is|list|as\s+follows))?(?:\s*[:=])?)[\s\-*•\[{(]*$"
 )
 _LIST_GAP = re.compile(r"^[\s,;]*(?:\b(?:and|or)\b)?[\s,;]*$")
@@ -215,6 +215,10 @@ def _inline_edges(line: str, talks_about_edges: bool) -> tuple[list[Edge], str] 
 
 
 def _object_edge(body: str) -> Edge | None:
+    """An edge from a JSON-ish object with a source, a target and a weight.
+
+    Objects without a weight are not edges: ``{"from": 0, "to": 3, "k": 2}`` is a query.
+    """
     fields = {key.lower(): value for key, value in _OBJECT_FIELD.findall(body)}
     source = next((fields[k] for k in _SOURCE_KEYS if k in fields), None)
     target = next((fields[k] for k in _TARGET_KEYS if k in fields), None)
@@ -222,7 +226,7 @@ def _object_edge(body: str) -> Edge | None:
         return None
     weight = next((fields[k] for k in _WEIGHT_KEYS if k in fields), None)
     if weight is None:
-        raise GraphError(f"cannot read the weight of edge {body!r}")
+        return None
     return Edge(int(source), int(target), parse_weight(weight))
 
 

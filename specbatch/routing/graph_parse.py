@@ -41,12 +41,12 @@ _FROM_TO = re.compile(rf"\bfrom\s+{_N}\s+to\s+{_N}\b")
 _BETWEEN = re.compile(rf"\bbetween\s+(?:nodes?|vertices|vertex)?\s*(\d+)\s+and\s+{_N}\b")
 _START = re.compile(
     r"\b(?:source|start|origin|starting|start\s+point|begin(?:ning)?)(?:\s+(?:node|vertex|point))?"
-    r"\s*(?:is|=|:|at|from)?\s*(?:node|vertex)?\s*(\d+)\b|\bs\s*[=:]\s*(\d+)\b",
+    r"\s*(?:is|=|:|at|from)?\s*(?:node|vertex)?\s*(\d+)\b|(?:\bs|\"from\")\s*[=:]\s*(\d+)\b",
 )
 _END = re.compile(
     r"\b(?:target|destination|sink|goal|end|ending|finish|finishing|reach|reaching|arrive|arriving|"
     r"get\s+to|getting\s+to|going\s+to)(?:\s+(?:node|vertex|point))?"
-    r"\s*(?:is|=|:|at|in)?\s*(?:node|vertex)?\s*(\d+)\b|\bt\s*[=:]\s*(\d+)\b",
+    r"\s*(?:is|=|:|at|in)?\s*(?:node|vertex)?\s*(\d+)\b|(?:\bt|\"to\")\s*[=:]\s*(\d+)\b",
 )
 _COUNT_WORDS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
@@ -56,10 +56,11 @@ _COUNT = r"(\d+|" + "|".join(_COUNT_WORDS) + r")"
 _PATH_COUNT = re.compile(
     rf"\btop[ \t-]*{_COUNT}\b|\bfirst[ \t]+{_COUNT}\b"
     rf"|\b{_COUNT}[ \t-]+(?:[a-z]+[ \t-]+){{0,3}}?(?:paths|routes)\b"
-    r"|\b[kp]\s*=\s*(\d+)\b",
+    r"|\b[kp]\s*=\s*(\d+)\b|\"[kp]\"\s*:\s*(\d+)\b",
 )
 _PATH_REQUEST = re.compile(
-    r"\b(?:shortest|cheapest|lightest|least[\s-]+(?:cost(?:ly)?|expensive|weight)|lowest[\s-]+(?:cost|weight)"
+    r"\b(?:shortest|cheapest|lightest|fastest|quickest|least[\s-]+(?:cost(?:ly)?|expensive|weight|time)"
+    r"|lowest[\s-]+(?:cost|weight|latency)"
     r"|lowest[\s-]+total[\s-]+(?:weight|cost)|min(?:imum)?[\s-]+(?:total[\s-]+)?(?:cost|weight)|best)\b"
     r"(?:[\s-]+[a-z0-9]+){0,2}?[\s-]+(paths?|routes?)\b"
     r"|\b(paths?|routes?)\b[^.\n]{0,40}?\b(?:smallest|lowest|minimum|least)\s+(?:total\s+)?(?:weight|cost)"

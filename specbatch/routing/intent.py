@@ -27,10 +27,11 @@ _DEMAND_VERB = re.compile(
     r"tell\s+me\s+(?:why|how|about)|walk\s+me\s+through|teach)\b",
 )
 # What may stand right before a demand verb for it to be an imperative: the start of the
-# text, a line or a sentence, or a conjunction or politeness marker ("... and explain",
-# "Please justify", "can you write"). "which best explains" is a question, not a demand.
+# text, a line, a sentence or a clause, or a conjunction or politeness marker ("... and
+# explain", "For the question below, explain", "can you write"). "which best explains"
+# is a question, not a demand.
 _CLAUSE_LEAD = re.compile(
-    r"(?:^|[\n.!?:;][\s\"')\]*_]*|\b(?:and|then|also|please|can\s+you|could\s+you|would\s+you|"
+    r"(?:^|[\n.!?:;,][\s\"')\]*_]*|\b(?:and|then|also|please|can\s+you|could\s+you|would\s+you|"
     r"need\s+you\s+to|want\s+you\s+to|help\s+me|i'?d\s+like\s+you\s+to)\s+)"
     r"(?:briefly\s+|quickly\s+|carefully\s+)?[\s*_\"'(]*$",
     re.MULTILINE,
@@ -69,7 +70,8 @@ _CHOICE = re.compile(
 _OPINION = re.compile(
     r"\b(?:should\s+i|would\s+you|do\s+you\s+(?:think|prefer|like|recommend)|your\s+(?:opinion|"
     r"favou?rite|thoughts|preference)|what\s+do\s+you\s+think|which\s+do\s+you|do\s+you\s+agree|"
-    r"help\s+me\s+(?:choose|decide|pick))\b",
+    r"help\s+me\s+(?:choose|decide|pick)|who\s+is\s+right|i\s+(?:think|believe|chose|picked|answered)|"
+    r"(?:says|said|claims?)\s+(?:that\s+)?the\s+answer\s+is)\b",
 )
 _WHICH_QUESTION = re.compile(r"\bwhich\b[^?]*\?|\bwhat\s+is\s+the\s+(?:correct|right|best)\b[^?]*\?")
 
@@ -127,7 +129,10 @@ def choice_request(text: str) -> str | None:
 
 
 def opinion_request(text: str) -> str | None:
-    """Wording that asks for the reader's preference or advice, which a scored letter does not give."""
+    """Wording that asks for a preference, advice or a verdict on someone's answer.
+
+    A scored letter does not say which of two people is right or what to weigh up.
+    """
     return _found(_OPINION, text)
 
 

@@ -45,7 +45,8 @@ ANSWER_CUE = re.compile(
 _TRAILING_DIRECTIVE = re.compile(
     r"^\s*(?:\*\*)?(?:please\s+)?(?:answer|respond|reply|choose|select|pick|output|give|return|state|indicate|"
     r"write|provide|circle|mark|identify|only|just|your\s+(?:answer|response|reply)|note)\b[^\n]{0,120}$"
-    r"|^\s*(?:which|what)\b[^\n]{0,100}\?\s*$",
+    r"|^\s*(?:which|what)\b[^\n]{0,100}\?\s*$"
+    r"|^\s*[\[(]\s*\d+\s*(?:marks?|points?|pts?)\s*[\])]\s*$",
     re.IGNORECASE,
 )
 _INLINE_STYLES = (
