@@ -63,8 +63,8 @@ def _graph_evidence(text: str, lower: str) -> Evidence | None:
     try:
         problem, question = read_graph(text)
     except GraphLimitError as error:
-        request = path_request(text)
-        if request is None:
+        # Certainly a graph task, too large to solve: its handler answers with the limit.
+        if path_request(text) is None or intent.extra_demand(text) or other_path_question(text):
             return None
         return Evidence("graph", f"a shortest-path request over a graph above the limits ({error})")
     except GraphError as error:
