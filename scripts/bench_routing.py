@@ -1,9 +1,13 @@
-"""Routing benchmark: accuracy and time per prompt on the generated mixed workload.
+"""Routing benchmark: accuracy and time per prompt on the generated workload and a labelled corpus.
 
 Measures, on one seeded workload, the structural classifier next to a keyword router
 (the approach DESIGN §3 warns against), the graph solver and the mmlu parser against
 the workload's expected answers, the length predictor, and Yen on a dense 20-node graph.
-Prints a markdown table; ``--out FILE`` also writes the figures as JSON.
+On the hand-written routing precision corpus (paraphrases and look-alikes, see
+tests/unit/data/routing_precision.txt) it reports precision and recall of the graph and
+mmlu routes, how many routed prompts the handler then reads right, how many negatives
+reached a canned handler, and the classification time per prompt. Prints markdown
+tables; ``--out FILE`` also writes the figures as JSON.
 
     python scripts/bench_routing.py --n 10000 --seed 0 --out bench_routing.json
 """
@@ -20,6 +24,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from specbatch.routing import (
@@ -31,8 +36,10 @@ from specbatch.routing import (
     route_evidence,
     solve_graph,
 )
+from specbatch.routing.labelled import handler_reads_it, load_corpus, score
 
 logger = logging.getLogger("bench_routing")
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data" / "routing_precision.txt"
 
 
 def keyword_router(prompt: str) -> str:
@@ -90,7 +97,43 @@ def safe(function: Callable[[str], Any]) -> Callable[[str], Any]:
     return wrapped
 
 
-def run(n: int, seed: int) -> dict[str, Any]:
+def corpus_figures(path: Path) -> dict[str, Any]:
+    """Precision and recall of the canned routes on a labelled corpus, and time per decision."""
+    corpus = load_corpus(path)
+    routed, micros = timed(classify, [case.prompt for case in corpus.cases])
+    tasks = []
+    for task_score in score(corpus.cases, routed):
+        right = sum(
+            route == case.task == task_score.task and handler_reads_it(corpus, case)
+            for case, route in zip(corpus.cases, routed, strict=True)
+        )
+        tasks.append({
+            "task": task_score.task,
+            "labelled": task_score.labelled,
+            "routed": task_score.routed,
+            "correct": task_score.correct,
+            "precision": task_score.precision,
+            "recall": task_score.recall,
+            "handler_right": right,
+        })
+    pairs = zip(corpus.cases, routed, strict=True)
+    negatives = [(case, route) for case, route in pairs if case.task in ("infobench", "ambiguous")]
+    ordered = sorted(micros)
+    return {
+        "path": str(path),
+        "prompts": len(corpus.cases),
+        "labels": dict(Counter(case.task for case in corpus.cases)),
+        "tasks": tasks,
+        "negatives": len(negatives),
+        "negatives_canned": sorted(case.id for case, route in negatives if route in ("graph", "mmlu")),
+        "ambiguous_by_structure": sum(route_evidence(c.prompt).decision is None for c in corpus.cases),
+        "median_us": statistics.median(ordered),
+        "p99_us": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "max_us": ordered[-1],
+    }
+
+
+def run(n: int, seed: int, corpus: Path = DEFAULT_CORPUS) -> dict[str, Any]:
     logger.info("generating %d prompts (seed %d)", n, seed)
     workload: list[WorkloadPrompt] = generate_workload(n, seed)
     texts = [prompt.text for prompt in workload]
@@ -148,9 +191,11 @@ def run(n: int, seed: int) -> dict[str, Any]:
         }
         for (task, rendering), count in sorted(by_rendering.items())
     ]
+    logger.info("scoring the labelled corpus %s", corpus)
     return {
         "n": n,
         "seed": seed,
+        "corpus": corpus_figures(corpus),
         "ambiguous_prompts": ambiguous,
         "machine": {
             "platform": platform.platform(),
@@ -191,6 +236,30 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['ambiguous_prompts']} of {result['n']} prompts were ambiguous by structure "
         "(sent to the fallback in service; counted here as routed without one, to infobench)."
     )
+    corpus = result["corpus"]
+    lines += [
+        "",
+        f"Labelled corpus ({corpus['prompts']} prompts: "
+        + ", ".join(f"{count} {label}" for label, count in sorted(corpus["labels"].items())) + "):",
+        "",
+        "| route | labelled | routed | correct | precision | recall | handler reads it right |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in corpus["tasks"]:
+        lines.append(
+            f"| {row['task']} | {row['labelled']} | {row['routed']} | {row['correct']} | "
+            f"{percent(row['precision'])} | {percent(row['recall'])} | "
+            f"{row['handler_right']} of {row['labelled']} |"
+        )
+    canned = corpus["negatives_canned"]
+    lines += [
+        "",
+        f"Negatives (infobench and ambiguous) sent to graph or mmlu: {len(canned)} of {corpus['negatives']}"
+        + (f" ({', '.join(canned)})" if canned else "") + "; "
+        f"{corpus['ambiguous_by_structure']} prompts left to the fallback.",
+        f"Classification time on the corpus: median {corpus['median_us']:.1f} µs, "
+        f"p99 {corpus['p99_us']:.1f} µs, max {corpus['max_us']:.1f} µs.",
+    ]
     return "\n".join(lines)
 
 
@@ -198,10 +267,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10000, help="prompts in the generated workload")
     parser.add_argument("--seed", type=int, default=0, help="workload seed")
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="labelled routing corpus")
     parser.add_argument("--out", help="also write the figures to this JSON file")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    result = run(args.n, args.seed)
+    result = run(args.n, args.seed, args.corpus)
     print(markdown(result))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:

@@ -1,13 +1,22 @@
-"""Route a prompt to ``graph``, ``mmlu`` or ``infobench`` from the structure of its text.
+"""Route a prompt to ``graph``, ``mmlu`` or ``infobench``: a canned handler only when it is certain.
 
-Each task arrives in two renderings, and only one of them carries the phrases a keyword
-router would look for ("multiple choice", "Instruction:"). The classifier therefore
-reads shapes: an edge list of ``a -> b, weight: w`` lines together with a source/target
-query and a ``submit_paths`` request; a contiguous A, B, C, ... option list that ends
-the text together with any of the question markers around it; the ``Instruction: …
-Generation:`` frame. Text with none of these shapes is an open instruction. Text with
-only part of a shape (an option list and nothing that marks it as a question, an edge
-list without a query) is ambiguous and goes to the fallback, normally the draft model.
+Two tasks are answered without generation — graph prompts by computation, mmlu prompts by
+scoring letters — so a wrong route there gives a confident wrong answer, while a prompt
+sent to ``infobench`` is at worst answered by the LLM. The classifier is therefore
+precision-first:
+
+- ``graph`` only when the whole edge list reads (:mod:`.edges`), the question names one
+  source, one target and how many paths, and the wording asks for shortest paths and
+  nothing more (no "explain", "draw", "how long is");
+- ``mmlu`` only when a lettered option list ends the prompt (:mod:`.options`), a stem
+  stands above it, something marks it as a question to choose from (``Question:``,
+  ``Answer:``, "Answer with the letter", "which of the following", a stem whose last
+  sentence is a question) and nothing asks for more than a letter (:mod:`.intent`);
+- the fallback (normally the draft model) only for what stays genuinely ambiguous — an
+  option list that nothing marks either as a question or as something else — and only
+  among the tasks whose handler can read that prompt;
+- ``infobench`` for everything else, including the request rendering's ``Instruction: …
+  Generation:`` frame.
 """
 
 from __future__ import annotations
@@ -16,9 +25,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import graph, infobench, mmlu
-from .errors import RoutingError
-from .text import normalize_newlines
+from . import intent
+from .errors import GraphError, GraphLimitError, MMLUParseError, RoutingError
+from .graph_parse import other_path_question, path_request, read_graph
+from .infobench import ends_with_generation_cue, has_instruction_marker
+from .mmlu import has_question_marker, mentions_multiple_choice, question_from_options
+from .options import OptionList, find_options
+from .text import collapse_spaces, normalize_newlines
 
 logger = logging.getLogger(__name__)
 
@@ -26,72 +39,113 @@ TASKS = ("graph", "mmlu", "infobench")
 DEFAULT_TASK = "infobench"
 
 Fallback = Callable[[str], str | None]
+# A graph prompt names paths, routes or nodes; anything else skips the graph reader.
+_GRAPH_WORDS = ("path", "route", "node", "vert")
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the classifier saw; ``decision`` is a task name, or ``None`` when ambiguous."""
+    """What the classifier saw; ``decision`` is a task name, or ``None`` when ambiguous.
+
+    ``candidates`` are the tasks a fallback may choose for an ambiguous prompt: those
+    whose handler can read it, and ``infobench``, which can answer anything.
+    """
 
     decision: str | None
     reason: str
+    candidates: tuple[str, ...] = TASKS
 
 
-def _graph_shape(text: str, lower: str) -> tuple[int, bool, bool]:
-    """(weighted edge lines, counted up to two; has a from/to query; asks for submit_paths)."""
-    asks_submit = "submit_paths" in lower
-    if not asks_submit and "->" not in text and " - " not in text and "--" not in text:
-        return 0, False, False
-    edges = 0
-    for match in graph.edge_lines(text):
-        edges += graph.has_weight(match.group(4))
-        if edges == 2:
-            break
-    if edges == 0:
-        return 0, False, asks_submit
-    has_query = "from" in lower and graph.has_query(text)
-    return edges, has_query, asks_submit
+def _graph_evidence(text: str, lower: str) -> Evidence | None:
+    """Graph evidence, or ``None`` when the prompt neither asks for paths nor holds a readable graph."""
+    if not any(word in lower for word in _GRAPH_WORDS):
+        return None
+    try:
+        problem, question = read_graph(text)
+    except GraphLimitError as error:
+        # Certainly a graph task, too large to solve: its handler answers with the limit.
+        if path_request(text) is None or intent.extra_demand(text) or other_path_question(text):
+            return None
+        return Evidence("graph", f"a shortest-path request over a graph above the limits ({error})")
+    except GraphError as error:
+        request = path_request(text)
+        if request is None:
+            return None
+        return Evidence("infobench", f"asks for paths ({request!r}) but the graph does not read: {error}")
+    request = path_request(question)
+    demand = intent.extra_demand(question)
+    if demand:
+        return Evidence("infobench", f"a readable graph, but the prompt asks for more than paths: {demand!r}")
+    other = other_path_question(question)
+    if other:
+        return Evidence("infobench", f"a readable graph, but not a plain top-P shortest-path ask: {other!r}")
+    if request is None:
+        return Evidence("infobench", "a readable graph and query, but no request for shortest paths")
+    if not problem.num_paths_stated:
+        return Evidence("infobench", f"asks for shortest paths ({request!r}) without saying how many")
+    return Evidence("graph", "a fully read weighted graph, one source and target, and a count of paths")
+
+
+def _mmlu_evidence(text: str, options: OptionList | None) -> Evidence | None:
+    """Multiple-choice evidence, or ``None`` when no lettered option list ends the prompt."""
+    if options is None:
+        return None
+    try:
+        question = question_from_options(options)
+    except MMLUParseError:
+        return Evidence("infobench", "a lettered list with nothing above it")
+    # An inline last option runs to the end of its line and may carry the rest of the ask.
+    around = "\n".join((options.before, options.after, options.choices[-1] if options.inline else ""))
+    demand = (
+        intent.extra_demand(around)
+        or intent.asks_to_write_questions(around)
+        or intent.opinion_request(around)
+        or intent.open_question_after(options.after)
+    )
+    if demand:
+        return Evidence("infobench", f"a lettered list, but the prompt asks for more: {demand!r}")
+    if (
+        options.has_header
+        or options.has_answer_cue
+        or has_question_marker(options.before)
+        or intent.is_question(question.stem)
+        or intent.choosing_question(options.after)
+        or intent.choice_request(around)
+        or mentions_multiple_choice(options.before)
+    ):
+        return Evidence("mmlu", "a lettered option list that the prompt asks to choose from")
+    return Evidence(None, "a lettered option list that nothing marks as a question", ("mmlu", "infobench"))
 
 
 def route_evidence(prompt: str) -> Evidence:
-    """Classify by structure alone and say why; ambiguous prompts get ``decision=None``."""
-    text = normalize_newlines(prompt)
-    lower = text.lower()
-    if (
-        "instruction" in lower
-        and infobench.has_instruction_marker(text)
-        and (infobench.ends_with_generation_cue(text) or mmlu.has_question_marker(text))
-    ):
-        return Evidence("infobench", "Instruction:/Question:/Generation: frame")
-    edges, has_query, asks_submit = _graph_shape(text, lower)
-    is_graph = edges > 0 and has_query and asks_submit
-    block = mmlu.find_option_block(mmlu.tail_lines(text))
-    mmlu_markers = block is not None and (
-        block.has_header
-        or block.has_answer_cue
-        or mmlu.has_question_marker(text)
-        or mmlu.mentions_multiple_choice(text)
-    )
-    if is_graph and mmlu_markers:
-        return Evidence(None, "both an edge-list query and a marked option list")
-    if is_graph:
-        return Evidence("graph", "weighted edge lines, a from/to query and a submit_paths request")
-    if mmlu_markers:
-        return Evidence("mmlu", "a marked lettered option list ends the prompt")
-    if block is not None:
-        return Evidence(None, "a lettered option list with no question markers")
-    if edges > 1 and (has_query or asks_submit):
-        return Evidence(None, "an edge list with only part of a path query")
-    if mmlu.mentions_multiple_choice(text) and mmlu.ends_with_answer_cue(text):
-        return Evidence(None, "a multiple-choice preamble and answer cue but no readable options")
+    """Classify by structure and wording, and say why; ambiguous prompts get ``decision=None``."""
+    text = collapse_spaces(normalize_newlines(prompt))
+    if has_instruction_marker(text) and ends_with_generation_cue(text):
+        return Evidence("infobench", "Instruction: … Generation: frame")
+    graph = _graph_evidence(text, text.lower())
+    mmlu = _mmlu_evidence(text, find_options(text))
+    decided = [e for e in (graph, mmlu) if e is not None and e.decision in ("graph", "mmlu")]
+    if len(decided) == 2:
+        return Evidence(None, "a graph question that ends in options to choose from", ("mmlu", "infobench"))
+    if decided:
+        return decided[0]
+    undecided = [e for e in (graph, mmlu) if e is not None and e.decision is None]
+    if undecided:
+        candidates = tuple(t for t in TASKS if any(t in e.candidates for e in undecided))
+        return Evidence(None, "; ".join(e.reason for e in undecided), candidates)
+    rejected = [e for e in (graph, mmlu) if e is not None]
+    if rejected:
+        return rejected[0]
     return Evidence("infobench", "no task structure: an open instruction")
 
 
 def classify(prompt: str, fallback: Fallback | None = None) -> str:
     """Return ``"graph"``, ``"mmlu"`` or ``"infobench"`` for one prompt.
 
-    ``fallback`` is asked only when the structure is ambiguous; an answer that is not a
-    task name (after trimming and lower-casing) is ignored, as is a fallback that fails,
-    and the prompt then goes to ``infobench``, the task that can answer anything.
+    ``fallback`` is asked only when the structure is ambiguous; an answer that is not one
+    of the evidence's candidate tasks (after trimming and lower-casing) is ignored, as is
+    a fallback that fails, and the prompt then goes to ``infobench``, the task that can
+    answer anything.
     """
     evidence = route_evidence(prompt)
     if evidence.decision is not None:
@@ -104,9 +158,10 @@ def classify(prompt: str, fallback: Fallback | None = None) -> str:
                            exc_info=True)
             return DEFAULT_TASK
         task = answer.strip().lower() if isinstance(answer, str) else None
-        if task in TASKS:
+        if task in evidence.candidates:
             return task
-        logger.info("routing fallback answered %r, not a task name; routing to %s", answer, DEFAULT_TASK)
+        logger.info("routing fallback answered %r, not one of %s; routing to %s",
+                    answer, evidence.candidates, DEFAULT_TASK)
     return DEFAULT_TASK
 
 

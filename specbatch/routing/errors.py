@@ -14,5 +14,9 @@ class GraphError(RoutingError):
     """A graph prompt that cannot be parsed or has no path to report."""
 
 
+class GraphLimitError(GraphError):
+    """A graph prompt that reads correctly but is larger (nodes, edges, P) than one prompt may ask for."""
+
+
 class MMLUParseError(RoutingError):
     """A multiple-choice prompt whose stem or lettered options cannot be found."""

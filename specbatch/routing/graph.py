@@ -1,5 +1,6 @@
-"""Graph prompts: parse the edge list and answer with the top-P shortest simple paths.
+"""Graph prompts: answer with the top-P shortest simple paths.
 
+Parsing lives in :mod:`.graph_parse` (the question) and :mod:`.edges` (the edge list).
 The graph task is pure computation, so the server answers it here in microseconds instead
 of asking an LLM. Paths come from Yen's algorithm; every spur path is the
 lexicographically smallest among the shortest ones, which makes the whole result exactly
@@ -10,152 +11,19 @@ that a brute-force enumeration reproduces.
 from __future__ import annotations
 
 import heapq
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
 from fractions import Fraction
 
+from .edges import Weight
 from .errors import GraphError
-from .text import normalize_newlines
+from .graph_parse import parse_graph
 
-Weight = int | Fraction
 Path = tuple[int, ...]
-
-MAX_PATHS = 1000
-
-_NUMBER = r"-?\d+(?:\.\d+)?"
-_EDGE_LINE = re.compile(
-    r"^[ \t]*(?:[-*•][ \t]+)?(\d+)[ \t]*(<-->|<->|-->|->|→|--|—|–|-)[ \t]*(\d+)\b([^\n]*)$",
-    re.MULTILINE,
-)
-_EDGE_WEIGHT = re.compile(
-    rf"^\s*[,:;]?\s*[(\[]?\s*(?:(?:weight|cost|w)\s*[:=]?\s*)?({_NUMBER})\s*[)\]]?\s*[.,;]?\s*$",
-    re.IGNORECASE,
-)
-_UNDIRECTED_OPS = frozenset({"<-->", "<->", "--", "—", "–", "-"})
-_NODE_COUNT = re.compile(r"\b(\d+)\s+nodes\b", re.IGNORECASE)
-_NODE_RANGE = re.compile(r"\bnumbered\s+(?:from\s+)?(\d+)\s+(?:to|through|-)\s+(\d+)", re.IGNORECASE)
-_UNDIRECTED = re.compile(r"\bundirected\b", re.IGNORECASE)
-_QUERY = re.compile(r"\bfrom\s+(?:node\s+)?(\d+)\s+to\s+(?:node\s+)?(\d+)\b", re.IGNORECASE)
-_COUNT_WORDS = {
-    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
-    "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-}
-_COUNT = r"(\d+|" + "|".join(_COUNT_WORDS) + r")"
-_PATH_COUNT = re.compile(
-    rf"\btop[\s-]*{_COUNT}\b|\b{_COUNT}\s+(?:shortest|best|cheapest|lowest[\s-]weight)\s+(?:simple\s+)?paths?\b",
-    re.IGNORECASE,
-)
-
-
-@dataclass(frozen=True)
-class GraphProblem:
-    """A parsed graph prompt: successor lists with the cheapest weight per edge, and the query."""
-
-    successors: dict[int, dict[int, Weight]]
-    source: int
-    target: int
-    num_paths: int
-    directed: bool
-
-
-def _parse_weight(token: str) -> Weight:
-    """Integers stay ``int``; decimals become exact fractions so that ties compare exactly."""
-    return Fraction(token) if "." in token else int(token)
 
 
 def _format_weight(weight: Weight) -> str:
     if isinstance(weight, Fraction):
         return str(weight.numerator) if weight.denominator == 1 else repr(float(weight))
     return str(weight)
-
-
-def edge_lines(text: str) -> Iterable[re.Match[str]]:
-    """The lines of ``text`` shaped like ``a -> b<rest>`` (the rest holds the weight)."""
-    return _EDGE_LINE.finditer(text)
-
-
-def has_weight(rest: str) -> bool:
-    """True when the text after ``a -> b`` is a weight such as ``, weight: 5``."""
-    return _EDGE_WEIGHT.match(rest) is not None
-
-
-def has_query(text: str) -> bool:
-    """True when the text asks for paths "from node S to node T"."""
-    return _QUERY.search(text) is not None
-
-
-def _parse_count(token: str) -> int:
-    return _COUNT_WORDS[token.lower()] if token.lower() in _COUNT_WORDS else int(token)
-
-
-def _node_bounds(text: str) -> tuple[int, int] | None:
-    numbered = _NODE_RANGE.search(text)
-    if numbered:
-        return int(numbered.group(1)), int(numbered.group(2))
-    count = _NODE_COUNT.search(text)
-    if count:
-        return 0, int(count.group(1)) - 1
-    return None
-
-
-def _parse_query(text: str) -> tuple[int, int, int]:
-    pairs = {(int(m.group(1)), int(m.group(2))): m for m in _QUERY.finditer(text)}
-    if not pairs:
-        raise GraphError("graph prompt names no query of the form 'from node S to node T'")
-    if len(pairs) > 1:
-        listed = ", ".join(f"{s} to {t}" for s, t in pairs)
-        raise GraphError(f"graph prompt names several different queries ({listed}); expected one")
-    (source, target), match = next(iter(pairs.items()))
-    line_start = text.rfind("\n", 0, match.start()) + 1
-    line_end = text.find("\n", match.end())
-    query_line = text[line_start : line_end if line_end >= 0 else len(text)]
-    count = _PATH_COUNT.search(query_line) or _PATH_COUNT.search(text)
-    num_paths = _parse_count(count.group(1) or count.group(2)) if count else 1
-    if not 1 <= num_paths <= MAX_PATHS:
-        raise GraphError(f"number of paths requested must be between 1 and {MAX_PATHS}, got {num_paths}")
-    return source, target, num_paths
-
-
-def parse_graph(prompt: str) -> GraphProblem:
-    """Parse a graph prompt (directed ``a -> b`` or undirected ``a - b`` / ``a -- b`` edges).
-
-    Raises :class:`GraphError` with the reason when the edge list, the query or a weight
-    cannot be read, or when a node lies outside the declared node range.
-    """
-    text = normalize_newlines(prompt)
-    undirected_graph = _UNDIRECTED.search(text) is not None
-    bounds = _node_bounds(text)
-    successors: dict[int, dict[int, Weight]] = {}
-    edge_count = 0
-    for match in edge_lines(text):
-        weight_match = _EDGE_WEIGHT.match(match.group(4))
-        if weight_match is None:
-            raise GraphError(f"cannot read the weight of edge line {match.group(0).strip()!r}")
-        head, op, tail = int(match.group(1)), match.group(2), int(match.group(3))
-        weight = _parse_weight(weight_match.group(1))
-        if weight < 0:
-            raise GraphError(f"negative edge weight in {match.group(0).strip()!r}; weights must be >= 0")
-        for node in (head, tail):
-            if bounds and not bounds[0] <= node <= bounds[1]:
-                raise GraphError(f"node {node} lies outside the graph's nodes {bounds[0]}..{bounds[1]}")
-        edge_count += 1
-        arcs = [(head, tail)]
-        if undirected_graph or op in _UNDIRECTED_OPS:
-            arcs.append((tail, head))
-        for u, v in arcs:
-            if u == v:
-                continue
-            out = successors.setdefault(u, {})
-            if v not in out or weight < out[v]:
-                out[v] = weight
-    if edge_count == 0:
-        raise GraphError("graph prompt has no edge lines of the form 'a -> b, weight: w'")
-    source, target, num_paths = _parse_query(text)
-    for name, node in (("source", source), ("target", target)):
-        if bounds and not bounds[0] <= node <= bounds[1]:
-            raise GraphError(f"{name} node {node} lies outside the graph's nodes {bounds[0]}..{bounds[1]}")
-    return GraphProblem(successors, source, target, num_paths, directed=not undirected_graph)
 
 
 def _reverse(successors: dict[int, dict[int, Weight]]) -> dict[int, list[tuple[int, Weight]]]:

@@ -2,7 +2,8 @@
 
 Both renderings end in a lettered option list — under ``Options:`` with a "multiple
 choice" preamble and an ``Answer:`` cue, or under ``Choices:`` with nothing else — so the
-parser anchors on that list at the end of the text and reads the stem above it. The
+parser anchors on that list at the end of the text (:mod:`.options` finds it, inline or
+one per line) and reads the stem above it. The
 engine answers by scoring each label after an answer cue (one prefill, no decode);
 generation with a majority vote over extracted letters remains available.
 """
@@ -15,40 +16,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .errors import MMLUParseError
-from .text import normalize_newlines
+from .options import LETTERS, OptionList, find_options
+from .text import collapse_spaces, normalize_newlines
 
-MAX_OPTIONS = 10
-_LETTERS = "ABCDEFGHIJ"
-_OPTION_LINE = re.compile(r"^[ \t]*(?:\(([A-Ja-j])\)|([A-Ja-j])[.):])[ \t]*(\S.*?)[ \t]*$")
-_OPTIONS_HEADER = re.compile(r"^\s*(?:options|choices|answer\s+choices|answers)\s*:?\s*$", re.IGNORECASE)
-_ANSWER_CUE = re.compile(
-    r"^\s*(?:the\s+)?(?:correct\s+|final\s+)?answer(?:\s+is)?\s*:?\s*(?:let'?s\s+think\s+step\s+by\s+step\.?\s*)?$",
-    re.IGNORECASE,
+_QUESTION_MARKER = re.compile(
+    r"^[ \t]*(?:question|q)(?:[ \t]*\d+)?[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE
 )
-_TRAILING_DIRECTIVE = re.compile(
-    r"^\s*(?:answer|respond|reply|choose|select|pick|output|give)\b[^\n]{0,100}$", re.IGNORECASE
-)
-_QUESTION_MARKER = re.compile(r"^[ \t]*question[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE)
 _MULTIPLE_CHOICE = re.compile(r"multiple[\s-]+choice", re.IGNORECASE)
 _SUBJECT = re.compile(
     r"multiple[\s-]+choice\s+questions?\b[^\n]*?\babout\s+([^\n]+?)\s*\.(?:\s|$)", re.IGNORECASE
 )
-_TAIL_LINES = 2 * MAX_OPTIONS + 4
-
-
-@dataclass(frozen=True)
-class OptionBlock:
-    """A lettered option list found at the end of a prompt.
-
-    ``start`` is the index (in the lines given) of the first line that belongs to the block:
-    the ``Options:``/``Choices:`` header when there is one, else option A.
-    """
-
-    labels: tuple[str, ...]
-    choices: tuple[str, ...]
-    start: int
-    has_header: bool
-    has_answer_cue: bool
 
 
 @dataclass(frozen=True)
@@ -61,74 +38,8 @@ class MMLUQuestion:
     subject: str | None = None
 
 
-def _option_letter(line: str) -> tuple[str, str] | None:
-    match = _OPTION_LINE.match(line)
-    if match is None:
-        return None
-    return (match.group(1) or match.group(2)).upper(), match.group(3)
-
-
-def _skip_blank(lines: Sequence[str], end: int) -> int:
-    while end > 0 and not lines[end - 1].strip():
-        end -= 1
-    return end
-
-
-def find_option_block(lines: Sequence[str]) -> OptionBlock | None:
-    """Find a contiguous A, B, C, ... option list (2 to 10 options) that ends the text.
-
-    Blank lines between options are allowed; after the last option only blank lines, a
-    one-line directive ("Answer with the letter only.") and an answer cue (``Answer:``)
-    may follow. Returns ``None`` when the text does not end in such a list.
-    """
-    end = _skip_blank(lines, len(lines))
-    has_answer_cue = end > 0 and _ANSWER_CUE.match(lines[end - 1]) is not None
-    if has_answer_cue:
-        end = _skip_blank(lines, end - 1)
-    if end > 0 and _option_letter(lines[end - 1]) is None and _TRAILING_DIRECTIVE.match(lines[end - 1]):
-        end -= 1
-    options: list[tuple[str, str]] = []
-    expected: str | None = None
-    index = end - 1
-    while index >= 0:
-        line = lines[index]
-        if not line.strip():
-            index -= 1
-            continue
-        option = _option_letter(line)
-        if option is None or (expected is not None and option[0] != expected):
-            break
-        options.append(option)
-        if option[0] == "A":
-            break
-        expected = _LETTERS[_LETTERS.index(option[0]) - 1]
-        index -= 1
-    if len(options) < 2 or options[-1][0] != "A":
-        return None
-    options.reverse()
-    start = index
-    header_index = index - 1
-    while header_index >= 0 and not lines[header_index].strip():
-        header_index -= 1
-    has_header = header_index >= 0 and _OPTIONS_HEADER.match(lines[header_index]) is not None
-    if has_header:
-        start = header_index
-    return OptionBlock(
-        labels=tuple(label for label, _ in options),
-        choices=tuple(choice for _, choice in options),
-        start=start,
-        has_header=has_header,
-        has_answer_cue=has_answer_cue,
-    )
-
-
-def tail_lines(text: str) -> list[str]:
-    """The last lines of ``text``: enough to hold any option block, cheap on long prompts."""
-    return text.rsplit("\n", _TAIL_LINES)
-
-
 def has_question_marker(text: str) -> bool:
-    """True when a line starts with ``Question:``."""
+    """True when a line starts with ``Question:`` (or ``Q:``, ``Question 3:``)."""
     return _QUESTION_MARKER.search(text) is not None
 
 
@@ -137,26 +48,12 @@ def mentions_multiple_choice(text: str) -> bool:
     return _MULTIPLE_CHOICE.search(text) is not None
 
 
-def ends_with_answer_cue(text: str) -> bool:
-    """True when the last non-blank line is an answer cue such as ``Answer:``."""
-    stripped = text.rstrip()
-    return _ANSWER_CUE.match(stripped[stripped.rfind("\n") + 1 :]) is not None
+def question_from_options(options: OptionList) -> MMLUQuestion:
+    """Split the text above a found option list into preamble and stem.
 
-
-def parse_mmlu(prompt: str) -> MMLUQuestion:
-    """Parse either rendering of a multiple-choice question into stem, labels, choices, subject.
-
-    Raises :class:`MMLUParseError` when the text does not end in a lettered option list
-    (A, B, ... with 2 to 10 options) or has no stem above it.
+    Raises :class:`MMLUParseError` when nothing but a preamble stands above the options.
     """
-    text = normalize_newlines(prompt)
-    lines = text.split("\n")
-    block = find_option_block(lines)
-    if block is None:
-        raise MMLUParseError(
-            "no lettered option list (A. ..., B. ..., at least two options) at the end of the prompt"
-        )
-    above = "\n".join(lines[: block.start])
+    above = options.before
     markers = list(_QUESTION_MARKER.finditer(above))
     if markers:
         preamble, stem = above[: markers[-1].start()], above[markers[-1].end() :]
@@ -171,10 +68,26 @@ def parse_mmlu(prompt: str) -> MMLUQuestion:
     subject_match = _SUBJECT.search(preamble)
     return MMLUQuestion(
         stem=stem,
-        labels=list(block.labels),
-        choices=list(block.choices),
+        labels=list(options.labels),
+        choices=list(options.choices),
         subject=subject_match.group(1).strip() if subject_match else None,
     )
+
+
+def parse_mmlu(prompt: str) -> MMLUQuestion:
+    """Parse a multiple-choice question into stem, labels, choices and subject.
+
+    Both renderings and the common paraphrases (options inline or in parentheses,
+    directives after them) are read by :func:`.options.find_options`. Raises
+    :class:`MMLUParseError` when the text does not end in a lettered option list (A, B,
+    ... with 2 to 10 options) or has no stem above it.
+    """
+    options = find_options(collapse_spaces(normalize_newlines(prompt)))
+    if options is None:
+        raise MMLUParseError(
+            "no lettered option list (A. ..., B. ..., at least two options) at the end of the prompt"
+        )
+    return question_from_options(options)
 
 
 def build_scoring_prompt(question: MMLUQuestion) -> str:
@@ -219,7 +132,7 @@ def scoring_continuations(question: MMLUQuestion) -> list[str]:
 def format_mmlu_answer(label: str) -> str:
     """The answer in the form the request asks for: ``The answer is (X)``."""
     letter = label.strip().upper()
-    if len(letter) != 1 or letter not in _LETTERS:
+    if len(letter) != 1 or letter not in LETTERS:
         raise MMLUParseError(f"answer label must be one letter A-J, got {label!r}")
     return f"The answer is ({letter})"
 

@@ -3,9 +3,17 @@
 Prompts arrive with CRLF or bare CR line ends from some clients; every parser works on
 ``\\n`` only, so this is done once, up front, in one place — which is also where a
 prompt that is not text at all is turned away with a clear error.
+
+Runs of spaces and tabs are collapsed before parsing: the patterns allow optional
+whitespace in several adjacent places ("``0 -> 1 ,  weight :  4``"), and a long run of
+blanks would make them backtrack polynomially — seconds for a few kilobytes.
 """
 
+import re
+
 from .errors import RoutingError
+
+_BLANK_RUN = re.compile(r"[^\S\n]{2,}|[^\S\n ]")
 
 
 def normalize_newlines(text: str) -> str:
@@ -15,3 +23,8 @@ def normalize_newlines(text: str) -> str:
     if "\r" not in text:
         return text
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def collapse_spaces(text: str) -> str:
+    """``text`` with every run of blanks other than newlines turned into one space."""
+    return _BLANK_RUN.sub(" ", text)

@@ -189,7 +189,7 @@ def test_metrics_endpoint_publishes_the_custom_families(server):
 def test_ambiguous_prompts_are_routed_by_the_draft_model(server):
     before = sum(metric_values(scrape(server.metrics_url), "specbatch_router_fallbacks_total").values())
     [answer] = client_for(server, "http").generate(
-        "Rank these:\nA. speed\nB. cost", GenerationOptions(max_tokens=4)
+        "Here are my options:\nA. speed\nB. cost", GenerationOptions(max_tokens=4)
     )
     after = sum(metric_values(scrape(server.metrics_url), "specbatch_router_fallbacks_total").values())
     assert after == before + 1

@@ -103,16 +103,18 @@ def test_mmlu_answer_cue_may_follow_a_directive():
         "Answer the customer politely.\n\nQuestion: When does the store open on Sundays?",
         "Instruction: Answer the quiz question and explain.\nQuestion: Which gas do plants absorb?\n"
         "A. Oxygen\nB. Carbon dioxide\nC. Nitrogen\nGeneration:",
+        "Rank these languages from easiest to hardest for a beginner and justify the order.\n\n"
+        "A. Python\nB. C++\nC. Rust",
+        "Find the cheapest route from node 0 to node 2 and explain it.\n\n"
+        "0 -> 1, weight: 1\n1 -> 2, weight: 1",
     ],
 )
 def test_lookalike_open_instructions_are_infobench(prompt: str):
     assert classify(prompt, fallback=lambda _: "mmlu") == "infobench"
 
 
-AMBIGUOUS = (
-    "Rank these languages from easiest to hardest for a beginner and justify the order.\n\n"
-    "A. Python\nB. C++\nC. Rust"
-)
+# Lettered options with nothing that asks to choose among them or to do anything else.
+AMBIGUOUS = "Here are my dinner options for tonight:\n\nA. Pizza\nB. Sushi\nC. Tacos"
 
 
 def test_unmarked_option_list_is_ambiguous():
@@ -148,12 +150,15 @@ def test_failing_fallback_routes_to_infobench():
     assert classify(AMBIGUOUS, fallback=broken) == "infobench"
 
 
-def test_edge_list_with_query_but_no_submit_request_is_ambiguous():
-    prompt = (
-        "Find the cheapest route from node 0 to node 2 and explain it.\n\n"
-        "0 -> 1, weight: 1\n1 -> 2, weight: 1"
-    )
-    assert route_evidence(prompt).decision is None
+def test_readable_graph_without_a_shortest_path_request_is_infobench():
+    prompt = "What is the best way to get from node 0 to node 2?\n\n0 -> 1, weight: 1\n1 -> 2, weight: 1"
+    assert route_evidence(prompt).decision == "infobench"
+    assert classify(prompt + "\nFind the shortest path.") == "graph"
+
+
+def test_fallback_may_only_pick_a_task_whose_handler_reads_the_prompt():
+    assert route_evidence(AMBIGUOUS).candidates == ("mmlu", "infobench")
+    assert classify(AMBIGUOUS, fallback=lambda _: "graph") == "infobench"
 
 
 def test_explicit_task_overrides_and_is_validated():

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specbatch.routing import GraphError, k_shortest_paths, parse_graph, solve_graph
+from specbatch.routing import GraphError, classify, k_shortest_paths, parse_graph, solve_graph
+from specbatch.routing.errors import GraphLimitError
 from specbatch.routing.graph import format_submit_paths
+from specbatch.routing.graph_parse import MAX_EDGES, MAX_NODES, MAX_PATH_WORK, MAX_PATHS
 
 FOOTER = (
     "Return your answer by calling the submit_paths function with:\n"
@@ -184,3 +186,30 @@ def test_weights_agree_with_networkx_on_dense_twenty_node_graphs(seed: int):
     for path, weight in ours:
         assert nx.path_weight(reference, list(path), "weight") == weight
         assert len(set(path)) == len(path)
+
+
+def dense_prompt(nodes: int, num_paths: int, extra: str = "") -> str:
+    pairs = ((u, v) for u in range(nodes) for v in range(nodes) if u != v)
+    edges = "\n".join(f"{u} -> {v}, weight: {1 + (u * v) % 7}" for u, v in pairs)
+    return directed_prompt(edges, num_paths, 0, nodes - 1, nodes) + extra
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        (directed_prompt(num_paths=MAX_PATHS + 1), f"between 1 and {MAX_PATHS}"),
+        (dense_prompt(102, 1), f"at most {MAX_EDGES} are accepted"),
+        (dense_prompt(80, 100), f"within {MAX_PATH_WORK}"),
+        (directed_prompt("0 -> 1, weight: 1\n1 -> 4, weight: 1", nodes=MAX_NODES + 1),
+         f"at most {MAX_NODES}"),
+    ],
+    ids=["paths", "edges", "paths-times-edges", "nodes"],
+)
+def test_graphs_over_the_limits_are_refused_with_the_limit_named(prompt: str, message: str):
+    with pytest.raises(GraphLimitError, match=message):
+        solve_graph(prompt)
+    assert classify(prompt) == "graph"
+
+
+def test_an_oversized_graph_with_another_ask_is_not_routed_to_graph():
+    assert classify(dense_prompt(102, 1, "\nExplain each step of the search.")) == "infobench"

@@ -10,7 +10,8 @@ GRAPH = (
     "Find the top 1 shortest path(s) from node 0 to node 1.\nCall submit_paths(paths=[[...]], weights=[...])."
 )
 MMLU = "Question:\nWhich organ produces insulin?\n\nChoices:\nA. Liver\nB. Pancreas\nC. Kidney"
-AMBIGUOUS = "Rank these:\nA. speed\nB. cost"
+# Lettered options with nothing asking to choose or to do anything else ("Rank these" asks to rank).
+AMBIGUOUS = "Here are my options:\nA. speed\nB. cost"
 
 
 def test_routes_each_prompt_and_keeps_errors_in_place():

@@ -1,0 +1,148 @@
+"""What the wording of a prompt asks for, beyond its structure.
+
+A graph or an option list is only half of a task: "explain Dijkstra on this graph" and
+"write an essay on one of these topics: A. … B. …" carry the same structures as the
+tasks the server answers with a canned reply, and a canned reply would ignore what they
+ask. These readers find the phrases that decide it — a demand for more than a bare
+answer, a request to choose one option, a request for an opinion — so the classifier can
+send a prompt to a canned handler only when nothing in the wording asks for more.
+
+Each reader returns the phrase it matched (for the routing reason) or ``None``. The
+patterns are lower case and matched against lower-cased text: case-insensitive matching
+in ``re`` is several times slower, and these run on every prompt.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DEMAND_VERB = re.compile(
+    r"\b(?:explain|justify|describe|discuss|compare|contrast|rank|sort|order\s+(?:the|these|them|all)|"
+    r"rewrite|re-?word|write(?!\s+(?:down|only|just|your\s+(?:final\s+)?answer|the\s+(?:letter|answer|paths?)))|"
+    r"compose|draft|create|generate|design|make(?!\s+sure)|invent|translate|summari[sz]e|paraphrase|"
+    r"evaluate|assess|analy[sz]e|critique|elaborate|argue|debate|draw|plot|sketch|visuali[sz]e|"
+    r"illustrate|implement|prove|derive|outline|brainstorm|convert|simulate|check|verify|grade|review|"
+    r"proofread|add|modify|change|edit|improve|turn|transform|reformulate|rephrase|restate|shorten|expand|"
+    r"simplify|fix|remove|delete|"
+    r"tell\s+me\s+(?:why|how|about)|walk\s+me\s+through|teach)\b",
+)
+# What may stand right before a demand verb for it to be an imperative: the start of the
+# text, a line, a sentence or a clause, or a conjunction or politeness marker ("... and
+# explain", "For the question below, explain", "can you write"). "which best explains"
+# is a question, not a demand.
+_CLAUSE_LEAD = re.compile(
+    r"(?:^|[\n.!?:;,][\s\"')\]*_]*|\b(?:and|then|also|please|can\s+you|could\s+you|would\s+you|"
+    r"need\s+you\s+to|want\s+you\s+to|help\s+me|i'?d\s+like\s+you\s+to)\s+)"
+    r"(?:briefly\s+|quickly\s+|carefully\s+)?[\s*_\"'(]*$",
+    re.MULTILINE,
+)
+_LEAD_WINDOW = 40
+_DEMAND_PHRASE = re.compile(
+    r"\b(?:(?:with|and|plus|include|including|give|provide|add|along\s+with)\s+(?:a\s+|an\s+|your\s+|the\s+|"
+    r"some\s+)?(?:\w+[\s-]+){0,2}?(?:explanation|justification|rationale|reasoning|reasons?|proof)"
+    r"|show\s+(?:your|all|the)\s+(?:work|working|reasoning|steps|calculations?)"
+    r"|step[\s-]+by[\s-]+step\s+(?:explanation|solution|walkthrough|derivation)"
+    r"|(?:and|,)\s+why\b|pros\s+and\s+cons|for\s+each\s+(?:option|choice|answer|of\s+the)"
+    r"|(?:select|choose|pick|mark|circle)\s+(?:all|every|each|two|three|both)\b|all\s+that\s+apply"
+    r"|more\s+than\s+one\s+(?:correct\s+)?(?:answer|option)"
+    r"|(?:give|provide|offer|want|need)\s+(?:me\s+)?(?:some\s+|your\s+)?feedback"
+    r"|is\s+(?:that|this|it|my\s+answer)\s+(?:right|correct)"
+    r"|(?:,\s*|\s)and\s+(?:what|why|how|who|where|when)\b|\bhints?\b|don'?t\s+(?:tell|give)\s+me\s+the\s+answer"
+    r"|(?:answer|respond|reply|output|return|give|format|present)\b[^.\n]{0,40}?\b(?:in|as)\s+(?:a\s+)?"
+    r"(?:json|yaml|xml|csv|table|markdown\s+table|bulleted\s+list|python\s+(?:list|dict))"
+    r"|in\s+(?:\d+|one|two|three|a\s+few)\s+(?:words|sentences|paragraphs))",
+)
+_WRITE_QUESTIONS = re.compile(
+    r"\b(?:write|create|generate|make|compose|draft|design|prepare|come\s+up\s+with|give\s+me|need|want)\b"
+    r"[^.?!\n]{0,60}?\b(?:questions?|quiz(?:zes)?|mcqs?|test\s+items?|distractors|answer\s+options)\b",
+)
+_CHOICE = re.compile(
+    r"\b(?:(?:answer|respond|reply)\s+(?:only\s+)?(?:with|using)\s+(?:only\s+|just\s+)?(?:the|a|one|a\s+single)\s+"
+    r"(?:\w+\s+)?(?:letter|option|choice)"
+    r"|(?:choose|select|pick|identify|circle|mark|indicate)\s+(?:only\s+)?(?:the|one|an|a|your)?\s*"
+    r"(?:\w+\s+)?(?:answer|option|choice|letter|one|response|alternative)"
+    r"|(?:choose|select|pick|identify|circle)\s+(?:one|from|among|the|an?)\b"
+    r"|which\s+(?:one\s+)?of\s+(?:the\s+following|these|those|the\s+(?:options|choices|answers))"
+    r"|(?:your|the)\s+answer\s+(?:should|must)\s+be\s+(?:a\s+single|one|the)\s+(?:letter|option)"
+    r"|(?:single|one)\s+letter|letter\s+(?:of|for)\s+the\s+(?:correct|best|right)"
+    r"|the\s+answer\s+is\s+\(x\)|multiple[\s-]+choice\s+question)",
+)
+_OPINION = re.compile(
+    r"\b(?:should\s+i|would\s+you|do\s+you\s+(?:think|prefer|like|recommend)|your\s+(?:opinion|"
+    r"favou?rite|thoughts|preference)|what\s+do\s+you\s+think|which\s+do\s+you|do\s+you\s+agree|"
+    r"help\s+me\s+(?:choose|decide|pick)|who\s+is\s+right|i\s+(?:think|believe|chose|picked|answered)|"
+    r"(?:says|said|claims?)\s+(?:that\s+)?the\s+answer\s+is)\b",
+)
+_WHICH_QUESTION = re.compile(r"\bwhich\b[^?]*\?|\bwhat\s+is\s+the\s+(?:correct|right|best)\b[^?]*\?")
+
+
+_CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_SENTENCE_BREAK = re.compile(r"[.!?](?=\s)")
+_BLANK = re.compile(r"_{3,}|\bfill\s+in\s+the\s+blank")
+# A stem that stops where the options take over: "... is", "... is:", "... caused by".
+_DANGLING = re.compile(
+    r"\b(?:is|are|was|were|be|by|of|the|an?|to|from|into|called|known\s+as|named)\s*[:…]?\s*$"
+)
+_INTERROGATIVE = re.compile(
+    r"(?:which|what|who|whom|whose|where|when|why|how|is|are|was|were|does|do|did|can|could|will)\b"
+)
+
+
+def _found(pattern: re.Pattern[str], text: str) -> str | None:
+    match = pattern.search(text.lower())
+    return " ".join(match.group(0).split()) if match else None
+
+
+def is_question(text: str) -> bool:
+    """Whether the last sentence of ``text`` (code blocks aside) asks a question.
+
+    It ends in "?", opens with an interrogative ("Which organelle produces ATP:"), leaves
+    a blank to fill ("… is ____.") or breaks off for the options to complete it ("The
+    language with the most speakers is:"); a preamble that merely contains a question
+    further up does not count.
+    """
+    prose = _CODE_BLOCK.sub(" ", text.lower()).strip()
+    if prose.endswith("?") or _BLANK.search(prose) or _DANGLING.search(prose):
+        return True
+    breaks = [match.end() for match in _SENTENCE_BREAK.finditer(prose)]
+    last = prose[breaks[-1] :] if breaks else prose
+    return _INTERROGATIVE.match(last.strip(" \t\n*_#\"'(")) is not None
+
+
+def extra_demand(text: str) -> str | None:
+    """A request for more than a bare answer: "explain", "justify", "write …", "show your work"."""
+    lower = text.lower()
+    for verb in _DEMAND_VERB.finditer(lower):
+        if _CLAUSE_LEAD.search(lower, max(0, verb.start() - _LEAD_WINDOW), verb.start()):
+            return verb.group(0)
+    return _found(_DEMAND_PHRASE, lower)
+
+
+def asks_to_write_questions(text: str) -> str | None:
+    """A request to author questions or a quiz, which mentions them without asking one."""
+    return _found(_WRITE_QUESTIONS, text)
+
+
+def choice_request(text: str) -> str | None:
+    """Wording that asks the reader to pick one of the listed options."""
+    return _found(_CHOICE, text)
+
+
+def opinion_request(text: str) -> str | None:
+    """Wording that asks for a preference, advice or a verdict on someone's answer.
+
+    A scored letter does not say which of two people is right or what to weigh up.
+    """
+    return _found(_OPINION, text)
+
+
+def choosing_question(after: str) -> bool:
+    """Whether the text after an option list asks which option is right ("Which one lowers …?")."""
+    return after.strip() == "?" or _WHICH_QUESTION.search(after.lower()) is not None
+
+
+def open_question_after(after: str) -> str | None:
+    """A question after the options that does not ask to choose one ("What factors matter?")."""
+    if "?" not in after or choosing_question(after):
+        return None
+    return " ".join(after[: after.index("?") + 1].split()[-12:])
