@@ -372,8 +372,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_continuous.png"))
     args = parser.parse_args()
     args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(PAIRS))
-    args.open_requests = 30 if args.quick else 120
-    args.closed_requests = 6 if args.quick else 64
+    args.open_requests = 20 if args.quick else 120
+    args.closed_requests = 4 if args.quick else 64
     args.prompt_range = (16, 512)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)

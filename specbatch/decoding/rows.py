@@ -115,9 +115,11 @@ class Row:
 
 class AcceptanceTracker:
     """Instance-wide acceptance, decayed per step: the prior for rows that have not
-    speculated yet."""
+    speculated yet. It starts at an even chance: high enough that speculation is tried
+    where it is cheap (few rows), low enough that a fresh instance under load does not
+    pay for drafts on a guess."""
 
-    def __init__(self, initial: float = 0.8) -> None:
+    def __init__(self, initial: float = 0.6) -> None:
         self._accepted = initial * ALPHA_PRIOR_WEIGHT
         self._trials = ALPHA_PRIOR_WEIGHT
 
