@@ -362,7 +362,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="smaller runs (under 4 minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="smaller runs (about 6 minutes on 2 cores)")
     parser.add_argument("--spec", choices=("tiny", "bench"), default="tiny", help="shapes of the pairs")
     parser.add_argument("--models", type=Path, help="default .models/controlled_<spec>")
     parser.add_argument("--pairs", nargs="+", default=None, help="default a50 a70 a90 (a50 a90 with --quick)")
@@ -372,8 +372,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_continuous.png"))
     args = parser.parse_args()
     args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(PAIRS))
-    args.open_requests = 20 if args.quick else 120
-    args.closed_requests = 4 if args.quick else 64
+    args.open_requests = 30 if args.quick else 120
+    args.closed_requests = 6 if args.quick else 64
     args.prompt_range = (16, 512)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
