@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError
-from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, make_lookahead
+from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, LookaheadPolicy, make_lookahead
 from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.requests import (
     GenerationRequest,
@@ -39,7 +39,7 @@ from specbatch.decoding.requests import (
 )
 from specbatch.decoding.rows import MODES, AcceptanceTracker, Row, RowHandle, RowSink
 from specbatch.decoding.scoring import ChoiceScores, score_choices
-from specbatch.decoding.steps import MAX_DRAFT_CATCH_UP, StepRunner
+from specbatch.decoding.steps import MAX_DRAFT_CATCH_UP, FeedObserver, StepRunner
 from specbatch.decoding.stopping import RowOutput, StopRules
 from specbatch.decoding.wrapper import BatchSink
 
@@ -138,7 +138,7 @@ class Engine:
             )
         self.pool = BlockPool(int(num_blocks), block_size)
         self.runner = StepRunner(pair, self.pool)
-        self.lookahead = make_lookahead(lookahead, self.runner.costs)
+        self.lookahead: LookaheadPolicy = make_lookahead(lookahead, self.runner.costs)
         self._acceptance = AcceptanceTracker()
         self._stop_rules = StopRules(
             pair.eos_token_ids, lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=True)
@@ -160,11 +160,12 @@ class Engine:
     # ---- submission -------------------------------------------------------------------
 
     @property
-    def feed_observer(self):
+    def feed_observer(self) -> FeedObserver | None:
+        """Instrumentation called before every forward pass (see :class:`StepRunner`)."""
         return self.runner.feed_observer
 
     @feed_observer.setter
-    def feed_observer(self, observer) -> None:
+    def feed_observer(self, observer: FeedObserver | None) -> None:
         self.runner.feed_observer = observer
 
     def validate(self, request: GenerationRequest) -> None:

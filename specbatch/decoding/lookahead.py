@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from specbatch.decoding.costs import PassCosts
 
@@ -63,6 +64,19 @@ class BatchShape:
     alphas: Sequence[float]
     remaining: Sequence[int]
     span: int
+
+
+class LookaheadPolicy(Protocol):
+    """What the engine asks of a lookahead policy each step."""
+
+    name: str
+    k: int  # the K of the last choice
+
+    def choose(self, batch: BatchShape) -> int: ...
+
+    def record(self, drafted: int, accepted: int) -> None: ...
+
+    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool: ...
 
 
 class FixedLookahead:
@@ -169,9 +183,7 @@ class GoodputLookahead:
         return self.saving_per_token * remaining > CATCH_UP_MARGIN * cost
 
 
-def make_lookahead(
-    setting: int | str, costs: dict[str, PassCosts]
-) -> FixedLookahead | RuleLookahead | GoodputLookahead:
+def make_lookahead(setting: int | str, costs: dict[str, PassCosts]) -> LookaheadPolicy:
     """``goodput``, ``adaptive_rule`` or a fixed K (an int or its string)."""
     if isinstance(setting, str) and not setting.strip().isdigit():
         if setting == "goodput":
