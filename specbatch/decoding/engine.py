@@ -286,7 +286,10 @@ class Engine:
             if not self._calibrated:
                 self._calibrated = True
                 if self.lookahead.name == "goodput":
-                    self.runner.calibrate()
+                    try:
+                        self.runner.calibrate()
+                    except Exception:  # the fit then starts from the first real steps
+                        logger.exception("cost calibration failed")
             while True:
                 with self._wake:
                     incoming, self._incoming = self._incoming, []
@@ -467,7 +470,12 @@ class Engine:
         elif row in self._waiting:
             self._waiting.remove(row)
         self.pool.release(row.blocks)
-        self._stop_rules.finish(row.output, reason)
+        try:
+            self._stop_rules.finish(row.output, reason)
+        except Exception as exc:  # the row still gets its one final result
+            logger.exception("settling row %d failed", row.handle.row_id)
+            row.output.finish_reason, row.output.text = "error", ""
+            error = error or f"settling the output failed: {exc}"
         result = row.result()
         result.error = error
         _call(row.sink.on_finished, row.key, result)

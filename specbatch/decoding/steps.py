@@ -70,8 +70,8 @@ class StepRunner:
         if self.feed_observer is not None:
             self.feed_observer(name, [r.key for r in rows], tokens, positions, real)
         started = time.perf_counter()
-        logits = self._pass(name, [r.blocks for r in rows], tokens, positions, real, logits_at)
         span = int(positions.max()) + 1
+        logits = self._pass(name, [r.blocks for r in rows], tokens, positions, real, logits_at, span)
         seconds = time.perf_counter() - started
         self.pass_seconds += seconds
         self.costs[name].observe(tokens.numel(), len(rows) * span, tokens.numel() * span, seconds)
@@ -85,9 +85,11 @@ class StepRunner:
         positions: torch.Tensor,
         real: torch.Tensor,
         logits_at: torch.Tensor | None,
+        span: int,
     ) -> torch.Tensor | None:
+        """One forward pass reading logical positions 0..span-1 of each row."""
         model, store = self.models[name], self.stores[name]
-        layout = layout_for(tables, positions, real, self.pool)
+        layout = layout_for(tables, positions, real, self.pool, span)
         num_real = int(real.sum())
         if logits_at is None:
             model.fill(tokens, positions, store, layout, num_real=num_real)
@@ -151,7 +153,7 @@ class StepRunner:
                 logits_at = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
                 for attempt in range(repeats + 1):
                     started = time.perf_counter()
-                    self._pass(name, [[]] * batch, tokens, positions, real, logits_at)
+                    self._pass(name, [[]] * batch, tokens, positions, real, logits_at, span)
                     seconds = time.perf_counter() - started
                     if attempt:  # the first run warms up
                         self.costs[name].observe(tokens.numel(), batch * span, tokens.numel() * span, seconds)

@@ -97,10 +97,7 @@ def build_scoring_prompt(question: MMLUQuestion) -> str:
     measured with; :func:`scoring_continuations` gives the exact strings to score.
     """
     subject = f" about {question.subject}" if question.subject else ""
-    if len(question.labels) != len(question.choices) or not question.labels:
-        raise MMLUParseError("a question needs one choice per label and at least one label")
-    pairs = zip(question.labels, question.choices, strict=True)
-    options = "\n".join(f"{label}. {choice}" for label, choice in pairs)
+    options = _option_lines(question)
     return (
         f"The following are multiple choice questions (with answers){subject}.\n\n"
         f"{question.stem}\n{options}\nAnswer:"
@@ -110,14 +107,19 @@ def build_scoring_prompt(question: MMLUQuestion) -> str:
 CHAT_ANSWER_PREFIX = "The answer is ("
 
 
+def _option_lines(question: MMLUQuestion) -> str:
+    """``A. first`` … one line per option, as both renderings show them."""
+    if len(question.labels) != len(question.choices) or not question.labels:
+        raise MMLUParseError("a question needs one choice per label and at least one label")
+    pairs = zip(question.labels, question.choices, strict=True)
+    return "\n".join(f"{label}. {choice}" for label, choice in pairs)
+
+
 def build_chat_question(question: MMLUQuestion) -> str:
     """The user turn of a question in chat form; the assistant's turn then starts with
     :data:`CHAT_ANSWER_PREFIX` and the engine scores each bare label after it."""
     subject = f" about {question.subject}" if question.subject else ""
-    if len(question.labels) != len(question.choices) or not question.labels:
-        raise MMLUParseError("a question needs one choice per label and at least one label")
-    pairs = zip(question.labels, question.choices, strict=True)
-    options = "\n".join(f"{label}. {choice}" for label, choice in pairs)
+    options = _option_lines(question)
     return (
         f"The following is a multiple choice question{subject}. "
         f'Answer in the format "The answer is (X)".\n\n{question.stem}\n{options}'

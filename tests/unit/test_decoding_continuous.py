@@ -357,3 +357,24 @@ def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
     for tokens in (1, 2, 3):
         noisy.observe(tokens, 0, 0, 0.01 - 0.001 * tokens)  # a negative slope is dropped
     assert noisy.predict(100, 0, 0) >= 0
+
+
+def test_a_row_whose_output_cannot_be_settled_still_gets_one_result(monkeypatch) -> None:
+    pair = _pair()
+    engine = Engine(pair, lookahead=2)
+    original = engine._stop_rules.finish
+    calls = {"n": 0}
+
+    def failing_once(row, reason=None):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "injected")
+        return original(row, reason)
+
+    monkeypatch.setattr(engine._stop_rules, "finish", failing_once)
+    sink = _Collect(2)
+    engine.submit_many([GenerationRequest([5, 6, 7], max_new_tokens=3)] * 2, sink)
+    results = sink.wait()
+    assert sorted(r.finish_reason for r in results.values()) == ["error", "length"]
+    assert any("settling" in r.error for r in results.values())
+    assert engine.generate([GenerationRequest([5, 6, 7], max_new_tokens=3)])[0].finish_reason == "length"
