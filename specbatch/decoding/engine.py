@@ -45,6 +45,8 @@ from specbatch.decoding.wrapper import BatchSink
 
 logger = logging.getLogger(__name__)
 
+ScoringDone = Callable[[ChoiceScores | None, str], None]
+
 BATCHING = ("continuous", "static")
 DEFAULT_ROWS_OF_CONTEXT = 1024  # default pool: max_rows rows of this many tokens
 STEP_SECONDS_SMOOTHING = 0.2
@@ -146,6 +148,7 @@ class Engine:
         self._running: list[Row] = []
         self._waiting: deque[Row] = deque()
         self._incoming: list[Row] = []
+        self._incoming_scoring: list[tuple[str, tuple[str, ...], ScoringDone]] = []
         self._cancel_requests: set[int] = set()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -177,25 +180,34 @@ class Engine:
     ) -> RowHandle:
         """Queue one row; its tokens and result go to ``sink`` under ``key`` (from the
         loop thread). Raises InvalidRequestError at once for a request that cannot run."""
-        return self.submit_many([request], sink, mode)[0]
+        return self.submit_many([request], sink, mode, keys=[key])[0]
 
     def submit_many(
-        self, requests: Sequence[GenerationRequest], sink: RowSink, mode: str = "speculative"
+        self,
+        requests: Sequence[GenerationRequest],
+        sink: RowSink,
+        mode: str = "speculative",
+        keys: Sequence[int] | None = None,
     ) -> list[RowHandle]:
-        """Queue several rows at once (keys 0..n-1), so they reach the same iteration; all
-        are validated before any is queued."""
+        """Queue several rows at once (keys 0..n-1 unless given), so they reach the same
+        iteration; all are validated before any is queued."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
         if mode != "target_only" and self.pair.draft is None:
             raise ValueError(f"{mode} mode needs a draft model; this pair has none")
-        rows = [self._new_row(request, sink, key, mode) for key, request in enumerate(requests)]
+        keys = range(len(requests)) if keys is None else keys
+        rows = [self._new_row(request, sink, key, mode) for key, request in zip(keys, requests, strict=True)]
         with self._wake:
             self._incoming.extend(rows)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="specbatch-engine", daemon=True)
-                self._thread.start()
+            self._ensure_thread()
             self._wake.notify()
         return [row.handle for row in rows]
+
+    def _ensure_thread(self) -> None:
+        """Start the loop thread if it is not running (call holding ``_wake``)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="specbatch-engine", daemon=True)
+            self._thread.start()
 
     def _new_row(self, request: GenerationRequest, sink: RowSink, key: int, mode: str) -> Row:
         prompt = self._prompt_ids(request)
@@ -217,6 +229,11 @@ class Engine:
         with self._wake:
             self._cancel_requests.add(handle.row_id)
             self._wake.notify()
+
+    @property
+    def loop_thread(self) -> threading.Thread | None:
+        """The thread running iterations now (sink callbacks run on it), None when idle."""
+        return self._thread
 
     def snapshot(self) -> EngineSnapshot:
         """The state after the last iteration (safe from any thread)."""
@@ -242,9 +259,21 @@ class Engine:
         return sink.wait()
 
     def score_choices(self, prompts: Sequence[str], labels: Sequence[Sequence[str]]) -> list[ChoiceScores]:
-        """For each prompt, the label the target finds most likely right after it (one prefill)."""
+        """For each prompt, the label the target finds most likely right after it (one prefill),
+        on the caller's thread; :meth:`submit_scoring` runs the same inside the loop."""
         with torch.inference_mode():
             return score_choices(self.pair, prompts, labels)
+
+    def submit_scoring(self, prompt: str, labels: Sequence[str], on_done: ScoringDone) -> None:
+        """Queue a prefill-only row: the loop scores it between two steps, batched with the
+        other scoring rows of that iteration, and calls ``on_done(scores, error)`` there.
+
+        Scoring on the loop keeps one thread on the device and makes a served instance's
+        step time include the scoring it does."""
+        with self._wake:
+            self._incoming_scoring.append((prompt, tuple(labels), on_done))
+            self._ensure_thread()
+            self._wake.notify()
 
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
         check_sampling_settings(request)
@@ -293,17 +322,35 @@ class Engine:
             while True:
                 with self._wake:
                     incoming, self._incoming = self._incoming, []
+                    scoring, self._incoming_scoring = self._incoming_scoring, []
                     cancels, self._cancel_requests = self._cancel_requests, set()
-                    if not incoming and not cancels and not self._running and not self._waiting:
+                    idle = not (incoming or scoring or cancels or self._running or self._waiting)
+                    if idle:
                         self._thread = None
                         return
                 self._waiting.extend(incoming)
+                if scoring:
+                    self._score(scoring)
                 try:
                     self._iterate(cancels)
                 except Exception as exc:  # a fault fails the rows it touched, never the loop
                     logger.exception("engine step failed")
                     self._fail_all(f"engine step failed: {exc}")
                 self._snapshot = self._take_snapshot()
+
+    def _score(self, scoring: list[tuple[str, tuple[str, ...], ScoringDone]]) -> None:
+        """Score this iteration's prefill-only rows in one pass; a failure fails them alone."""
+        try:
+            scores = score_choices(
+                self.pair, [p for p, _, _ in scoring], [labels for _, labels, _ in scoring]
+            )
+        except Exception as exc:
+            logger.exception("scoring %d rows failed", len(scoring))
+            for _, _, on_done in scoring:
+                _call(on_done, None, f"scoring failed: {exc}")
+            return
+        for (_, _, on_done), score in zip(scoring, scores, strict=True):
+            _call(on_done, score, "")
 
     def _iterate(self, cancels: set[int]) -> None:
         started = time.perf_counter()
@@ -483,6 +530,11 @@ class Engine:
     def _fail_all(self, message: str) -> None:
         for row in [*self._running, *self._waiting]:
             self._finish(row, "error", message)
+
+    def snapshot_now(self) -> EngineSnapshot:
+        """The state this moment; only from the loop thread (inside a sink callback), where
+        it already counts the blocks a finishing row handed back."""
+        return self._take_snapshot()
 
     def _take_snapshot(self) -> EngineSnapshot:
         running = list(self._running)

@@ -42,17 +42,39 @@ class BinBoundaries:
     bin it was given at submission, so refreshing never reorders a queue.
     """
 
-    def __init__(self, config: PolicyConfig) -> None:
-        self._num_bins = config.num_bins
-        self._adaptive = config.boundaries == "equal_mass"
-        self._window: deque[float] = deque(maxlen=config.boundary_window)
-        self._refresh_every = config.boundary_refresh_every
-        self._min_samples = config.boundary_min_samples
+    def __init__(
+        self,
+        num_bins: int,
+        boundaries: str | tuple[float, ...] = "equal_mass",
+        *,
+        low: float = 1.0,
+        high: float = 1024.0,
+        window: int = 1000,
+        refresh_every: int = 50,
+        min_samples: int = 50,
+    ) -> None:
+        self._num_bins = num_bins
+        self._adaptive = boundaries == "equal_mass"
+        self._window: deque[float] = deque(maxlen=window)
+        self._refresh_every = refresh_every
+        self._min_samples = min_samples
         self._since_refresh = 0
-        if isinstance(config.boundaries, tuple):
-            self._cuts = list(config.boundaries)
+        if isinstance(boundaries, tuple):
+            self._cuts = list(boundaries)
         else:
-            self._cuts = equally_spaced_cuts(config.num_bins, config.min_len, config.max_len)
+            self._cuts = equally_spaced_cuts(num_bins, low, high)
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> BinBoundaries:
+        return cls(
+            config.num_bins,
+            config.boundaries,
+            low=config.min_len,
+            high=config.max_len,
+            window=config.boundary_window,
+            refresh_every=config.boundary_refresh_every,
+            min_samples=config.boundary_min_samples,
+        )
 
     @property
     def cuts(self) -> list[float]:

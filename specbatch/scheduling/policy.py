@@ -66,7 +66,7 @@ class SchedulingPolicy:
         if len(set(workers)) != len(workers):
             raise UnknownWorkerError(f"worker ids must be unique, got {list(workers)}")
         self._cfg = config
-        self._boundaries = BinBoundaries(config)
+        self._boundaries = BinBoundaries.from_config(config)
         self._queues = BinQueues(config.num_bins)
         self._formed: deque[Batch] = deque()
         self._bin_of: dict[Hashable, int] = {}

@@ -52,8 +52,10 @@ def parse_history(raw: bytes | str | None) -> tuple[tuple[str, str], ...]:
         raise PromptError(f"chat_history must be a JSON list of at most {MAX_HISTORY_TURNS} messages")
     history = []
     for position, turn in enumerate(turns):
-        if not isinstance(turn, dict) or turn.get("role") not in ROLES or not isinstance(
-            turn.get("content"), str
+        if (
+            not isinstance(turn, dict)
+            or turn.get("role") not in ROLES
+            or not isinstance(turn.get("content"), str)
         ):
             raise PromptError(
                 f"chat_history[{position}] must be {{'role': one of {', '.join(ROLES)}, 'content': text}}"

@@ -38,8 +38,16 @@ def response(arrays: Mapping[str, np.ndarray], batched: bool = False) -> pb_util
     )
 
 
-def error_response(message: str, cancelled: bool = False) -> pb_utils.InferenceResponse:
-    code = pb_utils.TritonError.CANCELLED if cancelled else pb_utils.TritonError.INVALID_ARG
+def error_response(
+    message: str, cancelled: bool = False, unavailable: bool = False
+) -> pb_utils.InferenceResponse:
+    """A TritonError response: INVALID_ARG (HTTP 400) unless cancelled, or UNAVAILABLE (503)
+    for an overloaded server."""
+    code = pb_utils.TritonError.INVALID_ARG
+    if cancelled:
+        code = pb_utils.TritonError.CANCELLED
+    elif unavailable:
+        code = pb_utils.TritonError.UNAVAILABLE
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
 
 

@@ -1,8 +1,8 @@
-"""Admission of one ensemble request into the scheduler: validate, answer, or queue.
+"""Admission of one ensemble request into the scheduler: validate, then state and jobs.
 
-Every prompt leaves here either answered (graph, or an error of its own) or as a
-`PromptJob` for a model. The request's response is assembled in input order and sent
-once the last of its prompts is done.
+Every prompt leaves here either settled at once (an error of its own) or as a
+`PromptJob` of the request's `RequestState`. Problems with the request as a whole
+(no prompt, too many, columns of the wrong length) raise RequestError.
 """
 
 from __future__ import annotations
@@ -12,18 +12,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specbatch.serving.chat import ChatFormat, parse_history
-from specbatch.serving.dispatcher import PromptJob
-from specbatch.serving.latency import PromptTiming
-from specbatch.serving.outcomes import PromptOutcome, RequestAssembly
 from specbatch.serving.params import (
     PromptError,
+    RequestError,
     ServingLimits,
     broadcast,
     decode_prompt,
     decode_stop_words,
     sampling_params,
 )
-from specbatch.serving.tasks import ANSWER, GENERATE, PreparedPrompt, prepare_prompt
+from specbatch.serving.scheduler.state import PromptJob, ReplySink, RequestState, Settled
+from specbatch.serving.scheduler.tasks import GENERATE, SCORE, PreparedPrompt, prepare_prompt
+from specbatch.serving.wire import RowOutcome
+
+MAX_PROMPTS_PER_REQUEST = 64
+MAX_PROMPT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,11 @@ class RoutedRequest:
     stop_words: Sequence[bytes | str] | None = None
 
 
-Completion = Callable[[list[PromptOutcome], list[PromptTiming]], None]
-DeltaOut = Callable[[int, str, str], None]
 ChatRenderer = Callable[[str, ChatFormat], str]
 
 
 class RequestIntake:
-    """Turns routed requests into immediate outcomes and model jobs."""
+    """Turns routed requests into a request state, its prompt jobs and immediate errors."""
 
     def __init__(
         self,
@@ -72,19 +73,16 @@ class RequestIntake:
         self._serial = itertools.count()
 
     def admit(
-        self, request: RoutedRequest, on_complete: Completion, on_delta: DeltaOut | None = None
-    ) -> list[PromptJob]:
-        """Answer what can be answered now; return the jobs to queue.
-
-        `on_complete(outcomes, timings)` receives every prompt's outcome in input order,
-        from whichever thread delivers the last one. For a streaming request,
-        `on_delta(index, task, text)` receives each prompt's text as it grows; the
-        deltas of a prompt add up to its final text. Malformed inputs as a whole raise
-        RequestError.
-        """
+        self, request: RoutedRequest, reply: ReplySink, on_settled: Settled | None = None
+    ) -> tuple[RequestState, list[PromptJob], list[tuple[int, RowOutcome]]]:
+        """The request's state, the jobs to run, and the (index, error) pairs to settle now."""
         count = len(request.prompts)
         if count == 0:
-            raise PromptError("text_input holds no prompt")
+            raise RequestError("text_input holds no prompt")
+        if count > MAX_PROMPTS_PER_REQUEST:
+            raise RequestError(
+                f"text_input holds {count} prompts; at most {MAX_PROMPTS_PER_REQUEST} per request"
+            )
         columns = {
             name: broadcast(getattr(request, name), count, name)
             for name in ("max_tokens", "temperature", "top_p", "top_k")
@@ -99,42 +97,27 @@ class RequestIntake:
         stop = decode_stop_words(request.stop_words)
         tasks = broadcast(request.tasks, count, "task")
         predicted = broadcast(request.predicted_tokens, count, "predicted_tokens")
-        assembly = RequestAssembly(count)
-        serial = next(self._serial)
         now = self._clock()
-        deadline = now + request.timeout_s if request.timeout_s else None
-        streamed = [""] * count if request.stream and on_delta is not None else None
-        timings: list[PromptTiming | None] = [None] * count
-
-        def stream_text(index: int, task: str, text: str) -> None:
-            if streamed is not None and on_delta is not None and text:
-                streamed[index] += text
-                on_delta(index, task, text)
-
-        job_of: dict[int, PromptJob] = {}
-
-        def deliver(index: int, outcome: PromptOutcome) -> None:
-            job = job_of.get(index)
-            if streamed is not None and outcome.text.startswith(streamed[index]):
-                stream_text(index, outcome.task, outcome.text[len(streamed[index]) :])
-            timings[index] = PromptTiming(
-                arrival_s=now,
-                done_s=self._clock(),
-                dispatched_s=job.dispatched_s if job else None,
-                first_token_s=job.first_token_s if job else None,
-                output_tokens=outcome.num_output_tokens,
-            )
-            if assembly.fill(index, outcome):
-                on_complete(assembly.outcomes(), [t for t in timings if t is not None])
-
-        immediate: list[tuple[int, PromptOutcome]] = []
+        state = RequestState(
+            next(self._serial),
+            count,
+            reply,
+            now,
+            stream=request.stream,
+            deadline_s=now + request.timeout_s if request.timeout_s else None,
+            on_settled=on_settled,
+        )
         jobs: list[PromptJob] = []
+        errors: list[tuple[int, RowOutcome]] = []
         for index in range(count):
             task = tasks[index]
             try:
                 if route_errors[index]:
                     raise PromptError(route_errors[index])
-                text = decode_prompt(request.prompts[index])
+                raw = request.prompts[index]
+                if len(raw) > MAX_PROMPT_BYTES:
+                    raise PromptError(f"prompt is {len(raw)} bytes; at most {MAX_PROMPT_BYTES} per prompt")
+                text = decode_prompt(raw)
                 sampling = sampling_params(
                     self._limits,
                     stream=request.stream,
@@ -142,33 +125,25 @@ class RequestIntake:
                     **{k: (v[index] if v else None) for k, v in columns.items()},
                 )
                 prepared = prepare_prompt(text, task, _chat_format(index, **chat_columns))
-                if prepared.kind == ANSWER:
-                    immediate.append((index, PromptOutcome(text=prepared.answer, task=task)))
-                    continue
-                input_tokens = self._check_context(prepared, sampling.max_tokens)
+                input_tokens = self.check_context(prepared, sampling.max_tokens)
             except PromptError as exc:
-                immediate.append((index, PromptOutcome.failed(str(exc), task=task)))
+                errors.append((index, RowOutcome.failed(str(exc), task=task)))
                 continue
-            job = PromptJob(
-                key=(serial, index),
-                prepared=prepared,
-                sampling=sampling,
-                input_tokens=input_tokens,
-                predicted_tokens=max(1, min(int(predicted[index]), sampling.max_tokens)),
-                arrival_s=now,
-                deadline_s=deadline,
-                on_done=lambda outcome, i=index: deliver(i, outcome),
-                on_delta=(lambda text, i=index, t=task: stream_text(i, t, text))
-                if streamed is not None
-                else None,
+            jobs.append(
+                PromptJob(
+                    state=state,
+                    index=index,
+                    prepared=prepared,
+                    sampling=sampling,
+                    input_tokens=input_tokens,
+                    predicted_tokens=max(1, min(int(predicted[index]), sampling.max_tokens)),
+                )
             )
-            job_of[index] = job
-            jobs.append(job)
-        for index, outcome in immediate:
-            deliver(index, outcome)
-        return jobs
+        return state, jobs, errors
 
-    def _check_context(self, prepared: PreparedPrompt, max_tokens: int) -> int:
+    def check_context(self, prepared: PreparedPrompt, max_tokens: int) -> int:
+        if prepared.kind not in (GENERATE, SCORE):
+            return 0
         text = prepared.model_prompt
         if prepared.chat is not None and self._render_chat is not None:
             text = self._render_chat(text, prepared.chat)

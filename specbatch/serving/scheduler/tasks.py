@@ -1,51 +1,54 @@
 """Turn a routed prompt into the work its task needs.
 
-graph prompts are answered here by computation; mmlu prompts become a choice-scoring
-prompt with the continuations to compare; infobench prompts become the text the
-speculative decoder continues.
+graph prompts are solved by computation (off the scheduler's loop); mmlu prompts
+become a prefill-only scoring row with the continuations to compare; infobench prompts
+become the text the speculative decoder continues; a prompt the router could not place
+becomes a short draft-model row whose answer decides its task.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from specbatch.routing import (
     CHAT_ANSWER_PREFIX,
+    TASKS,
     build_chat_question,
+    build_fallback_prompt,
     build_infobench_prompt,
     build_scoring_prompt,
     format_mmlu_answer,
     infobench_chat_content,
     parse_mmlu,
     scoring_continuations,
-    solve_graph,
 )
 from specbatch.serving.chat import ChatFormat
-from specbatch.serving.outcomes import PromptOutcome
 from specbatch.serving.params import PromptError
+from specbatch.serving.wire import AMBIGUOUS, GENERATE, SCORE, RowOutcome
 
-ANSWER, SCORE, GENERATE = "answer", "score", "generate"
+SOLVE, ROUTE = "solve", "route"
+_TASK_WORD = re.compile(r"\b(" + "|".join(TASKS) + r")\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class PreparedPrompt:
-    """One prompt ready for its stage: an immediate answer, a scoring job or a generation job."""
+    """One prompt ready for its stage: a graph to solve, a scoring, a generation or a routing row."""
 
     task: str
     kind: str
     source: str = ""
     model_prompt: str = ""
-    answer: str = ""
     labels: tuple[str, ...] = ()
     continuations: tuple[str, ...] = ()
     chat: ChatFormat | None = None
 
-    def finish(self, outcome: PromptOutcome) -> PromptOutcome:
+    def finish(self, outcome: RowOutcome) -> RowOutcome:
         """The model's raw row outcome as this prompt's answer: task named, mmlu letter formatted."""
         if outcome.error or self.kind != SCORE:
             return replace(outcome, task=self.task)
         if outcome.text not in self.continuations:
-            return PromptOutcome.failed(
+            return RowOutcome.failed(
                 f"scorer returned {outcome.text!r}, not one of {list(self.continuations)}", task=self.task
             )
         label = self.labels[self.continuations.index(outcome.text)]
@@ -62,7 +65,7 @@ def prepare_prompt(text: str, task: str, chat: ChatFormat | None = None) -> Prep
     """
     try:
         if task == "graph":
-            return PreparedPrompt(task=task, kind=ANSWER, source=text, answer=solve_graph(text))
+            return PreparedPrompt(task=task, kind=SOLVE, source=text)
         if task == "mmlu":
             question = parse_mmlu(text)
             if chat is not None:
@@ -91,8 +94,16 @@ def prepare_prompt(text: str, task: str, chat: ChatFormat | None = None) -> Prep
             return PreparedPrompt(
                 task=task, kind=GENERATE, source=text, model_prompt=build_infobench_prompt(text)
             )
+        if task == AMBIGUOUS:
+            return PreparedPrompt(task="", kind=ROUTE, source=text, model_prompt=build_fallback_prompt(text))
     except PromptError:
         raise
     except ValueError as exc:
         raise PromptError(f"{task} prompt: {exc}") from None
     raise PromptError(f"no handler for task {task!r}")
+
+
+def parse_task(answer: str) -> str | None:
+    """The first task name in the draft model's free-text answer to the routing prompt."""
+    match = _TASK_WORD.search(answer)
+    return match.group(1).lower() if match else None

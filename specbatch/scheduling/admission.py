@@ -1,0 +1,286 @@
+"""Admission control over continuous-batching instances: whom to start, where, how many, or no.
+
+With instances that batch at every step, the batch-forming ideas of the seeds become
+admission decisions, taken per instance whenever it reports its state:
+
+- **how many**: an instance may run min(b_mem, b_SLA) rows. b_mem comes from the KV
+  blocks the instance reports free, less what the rows it already runs will still
+  grow into (their predicted totals minus what they hold), less a CLT margin on the
+  error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
+  b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
+  token against the per-token SLA.
+- **whom**: queued prompts sit in bins by predicted length (equal-mass edges). The
+  order is least slack first — slack being the time left before the prompt's SLA
+  (first token within ``ttft_sla_s``; finish within its per-token budget; or the
+  client's own deadline) minus its predicted service time. A prompt whose SLA is
+  already lost is served after those that can still make theirs, and a prompt that
+  waited ``starvation_s`` goes first, so no bin and no prompt starves. When the head
+  of the order does not fit an instance's free memory, the best prompt of a shorter
+  bin that fits goes instead.
+- **when to say no**: the queue holds at most ``queue_limit`` prompts, and a prompt
+  past that is refused at once (:class:`QueueFullError`); a queued prompt whose
+  client deadline can no longer be met is shed early instead of taking a slot.
+
+``order="fcfs"`` with ``memory_aware=False`` and ``sla_aware=False`` is what
+first-come continuous batchers (vLLM) do: one queue, arrival order, start whatever
+fits in the blocks free right now. The policy reads no clock; every call takes
+``now_s``, so the simulator's virtual clock and the server's wall clock drive the
+same decisions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+from specbatch.scheduling.bins import BinBoundaries
+from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
+from specbatch.scheduling.errors import DuplicateRequestError, PolicyConfigError, UnknownWorkerError
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.requests import QueuedRequest
+
+ORDERS = ("least_slack", "fcfs")
+
+
+class QueueFullError(RuntimeError):
+    """The queue is at its bound: the prompt is refused now rather than served late."""
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    order: str = "least_slack"
+    num_bins: int = 4
+    queue_limit: int = 256
+    ttft_sla_s: float = 2.0
+    tpot_sla_s: float = 0.1
+    starvation_s: float = 10.0
+    max_rows: int = 64
+    memory_aware: bool = True
+    sla_aware: bool = True
+    shed_deadlines: bool = True
+    eps_mem: float = 0.05
+    prefill_tokens_per_s: float = 2000.0  # until an instance has measured its own
+    max_predicted_tokens: float = 1024.0
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise PolicyConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
+        if self.num_bins < 1 or self.queue_limit < 1 or self.max_rows < 1:
+            raise PolicyConfigError("num_bins, queue_limit and max_rows must be at least 1")
+        for name in ("ttft_sla_s", "tpot_sla_s", "starvation_s", "prefill_tokens_per_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise PolicyConfigError(f"{name} must be a finite number > 0, got {value!r}")
+        if not 0 < self.eps_mem < 1:
+            raise PolicyConfigError(f"eps_mem must be in (0, 1), got {self.eps_mem!r}")
+
+
+@dataclass
+class _Instance:
+    load: InstanceLoad
+    sla: SlaBatchController | None
+    reserved: dict[Hashable, float] = field(default_factory=dict)  # active key -> input + predicted
+
+    @property
+    def rows(self) -> int:
+        return len(self.reserved)
+
+
+class AdmissionPolicy:
+    """Per-instance admission over a bounded, binned, least-slack queue. Not thread-safe."""
+
+    def __init__(self, config: AdmissionConfig) -> None:
+        self.config = config
+        self._bins = BinBoundaries(
+            1 if config.order == "fcfs" else config.num_bins, high=config.max_predicted_tokens
+        )
+        self._queued: dict[Hashable, tuple[int, QueuedRequest]] = {}
+        self._instances: dict[str, _Instance] = {}
+        self._prediction_error = RunningStats()
+        self._theta = NormalDist().inv_cdf(1.0 - config.eps_mem)
+
+    # ---- the queue --------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        return len(self._queued)
+
+    def depths(self) -> list[int]:
+        """Prompts waiting per length bin."""
+        depths = [0] * (1 if self.config.order == "fcfs" else self.config.num_bins)
+        for bin_index, _ in self._queued.values():
+            depths[bin_index] += 1
+        return depths
+
+    def submit(self, request: QueuedRequest) -> None:
+        """Queue a prompt, or raise QueueFullError at once when the queue is at its bound."""
+        if request.request_id in self._queued:
+            raise DuplicateRequestError(f"request {request.request_id!r} is already queued")
+        if len(self._queued) >= self.config.queue_limit:
+            raise QueueFullError(
+                f"the server is overloaded: {len(self._queued)} prompts are queued (limit "
+                f"{self.config.queue_limit}); retry later"
+            )
+        self._bins.observe(request.predicted_tokens)
+        self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
+
+    def requeue(self, request: QueuedRequest) -> None:
+        """Put back a prompt whose instance failed before it produced anything (bound ignored)."""
+        self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
+
+    def cancel(self, request_id: Hashable) -> QueuedRequest | None:
+        entry = self._queued.pop(request_id, None)
+        return None if entry is None else entry[1]
+
+    def shed(self, now_s: float) -> list[QueuedRequest]:
+        """Queued prompts whose client deadline has passed or can no longer be met: fail them now."""
+        shed = []
+        for key, (_, request) in list(self._queued.items()):
+            if request.deadline_s is None:
+                continue
+            if request.deadline_s <= now_s or (
+                self.config.shed_deadlines and now_s + self._service_s(request) > request.deadline_s
+            ):
+                del self._queued[key]
+                shed.append(request)
+        return shed
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        """The next moment the order or the shedding changes without any event."""
+        times = []
+        for _, request in self._queued.values():
+            times.append(request.arrival_s + self.config.starvation_s)
+            if request.deadline_s is not None:
+                times.append(request.deadline_s - self._service_s(request))
+        future = [t for t in times if t > now_s]
+        return min(future) if future else None
+
+    # ---- the instances ----------------------------------------------------------------
+
+    def add_instance(self, name: str, load: InstanceLoad) -> None:
+        sla = None
+        if self.config.sla_aware:
+            b_max = min(self.config.max_rows, load.max_rows)
+            sla = SlaBatchController(self.config.tpot_sla_s, 0.1 * self.config.tpot_sla_s, 2, 1, 1, b_max, 8)
+        self._instances[name] = _Instance(load, sla)
+
+    def remove_instance(self, name: str) -> list[Hashable]:
+        """Forget an instance; the keys of the rows it was running (the caller settles them)."""
+        instance = self._instances.pop(name, None)
+        return [] if instance is None else list(instance.reserved)
+
+    def report(self, name: str, load: InstanceLoad) -> None:
+        """An instance's fresh measurements; steers its b_SLA when it is running rows."""
+        instance = self._instance(name)
+        instance.load = load
+        if instance.sla is not None and load.running > 0 and load.seconds_per_token > 0:
+            instance.sla.update(load.seconds_per_token, load.running)
+
+    def finished(self, name: str, request: QueuedRequest, output_tokens: int) -> None:
+        """A row left its instance; its actual length teaches the memory margin."""
+        instance = self._instances.get(name)
+        if instance is not None:
+            instance.reserved.pop(request.request_id, None)
+        if output_tokens > 0:
+            self._prediction_error.add(output_tokens - request.predicted_tokens)
+
+    def capacity(self, name: str) -> tuple[int, int | None]:
+        """(rows the instance may run now, b_SLA or None) — for metrics and tests."""
+        instance = self._instance(name)
+        return self._row_cap(instance), None if instance.sla is None else instance.sla.b_sla
+
+    def admit(self, name: str, now_s: float) -> list[QueuedRequest]:
+        """The prompts to start on instance ``name`` now, best first; they leave the queue."""
+        instance = self._instance(name)
+        room = self._row_cap(instance) - instance.rows
+        if room <= 0 or not self._queued:
+            return []
+        headroom = self._headroom(instance)
+        chosen: list[QueuedRequest] = []
+        for request in self._ordered(now_s):
+            if len(chosen) == room:
+                break
+            need = self._need(request)
+            margin = self._margin(instance.rows + len(chosen) + 1)
+            if need + margin > headroom:
+                if self.config.order == "fcfs":
+                    break  # first come, first served: nobody overtakes the head
+                continue
+            headroom -= need
+            chosen.append(request)
+        for request in chosen:
+            del self._queued[request.request_id]
+            instance.reserved[request.request_id] = self._need(request)
+        return chosen
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _instance(self, name: str) -> _Instance:
+        try:
+            return self._instances[name]
+        except KeyError:
+            raise UnknownWorkerError(f"unknown instance {name!r}") from None
+
+    def _row_cap(self, instance: _Instance) -> int:
+        cap = min(self.config.max_rows, instance.load.max_rows)
+        if instance.sla is not None:
+            cap = min(cap, max(instance.sla.b_sla, 1))
+        return cap
+
+    def _need(self, request: QueuedRequest) -> float:
+        """KV tokens a row will hold at its end (by prediction), or only its prompt for fcfs."""
+        if not self.config.memory_aware:
+            return request.input_tokens + 1
+        return request.input_tokens + request.predicted_tokens
+
+    def _headroom(self, instance: _Instance) -> float:
+        """Tokens free on the instance, less what its rows (and rows sent but not yet started)
+        will still grow into."""
+        load = instance.load
+        growth = max(0.0, sum(instance.reserved.values()) - load.held_tokens)
+        return load.free_tokens - growth
+
+    def _margin(self, rows: int) -> float:
+        """CLT margin on the summed error of ``rows`` length predictions."""
+        if not self.config.memory_aware or self._prediction_error.count < 2:
+            return 0.0
+        return self._theta * math.sqrt(self._prediction_error.variance * rows)
+
+    def _service_s(self, request: QueuedRequest) -> float:
+        """Predicted seconds from start to last token."""
+        return self._prefill_s(request) + request.predicted_tokens * self._tpot_estimate()
+
+    def _prefill_s(self, request: QueuedRequest) -> float:
+        return request.input_tokens / self.config.prefill_tokens_per_s
+
+    def _tpot_estimate(self) -> float:
+        measured = [
+            i.load.seconds_per_token for i in self._instances.values() if i.load.seconds_per_token > 0
+        ]
+        return sum(measured) / len(measured) if measured else self.config.tpot_sla_s
+
+    def _ordered(self, now_s: float) -> list[QueuedRequest]:
+        requests = [request for _, request in self._queued.values()]
+        if self.config.order == "fcfs":
+            return requests  # dict order is arrival order
+        tpot = self._tpot_estimate()
+        cfg = self.config
+
+        def priority(request: QueuedRequest) -> tuple[int, float]:
+            waited = now_s - request.arrival_s
+            if waited >= cfg.starvation_s:
+                return (0, request.arrival_s)
+            prefill = self._prefill_s(request)
+            slack = request.arrival_s + cfg.ttft_sla_s - now_s - prefill
+            finish_budget = cfg.ttft_sla_s + request.predicted_tokens * cfg.tpot_sla_s
+            slack = min(
+                slack,
+                request.arrival_s + finish_budget - now_s - prefill - request.predicted_tokens * tpot,
+            )
+            if request.deadline_s is not None:
+                slack = min(slack, request.deadline_s - now_s - prefill - request.predicted_tokens * tpot)
+            return (1, slack) if slack >= 0 else (2, request.arrival_s)
+
+        return sorted(requests, key=priority)

@@ -1,0 +1,33 @@
+"""An instance's load as the admission policy sees it (and as instances report it on the wire)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceLoad:
+    """An instance's state as its engine last measured it; the admission policy reads it."""
+
+    running: int = 0
+    waiting: int = 0
+    blocks_total: int = 0
+    blocks_free: int = 0
+    block_size: int = 16
+    step_seconds: float = 0.0
+    seconds_per_token: float = 0.0
+    lookahead: int = 0
+    preemptions: int = 0
+    max_rows: int = 64
+
+    @property
+    def free_tokens(self) -> int:
+        return self.blocks_free * self.block_size
+
+    @property
+    def total_tokens(self) -> int:
+        return self.blocks_total * self.block_size
+
+    @property
+    def held_tokens(self) -> int:
+        return (self.blocks_total - self.blocks_free) * self.block_size

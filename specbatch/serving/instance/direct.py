@@ -1,0 +1,97 @@
+"""qwen3_specdec called directly (not through the scheduler): one execute() is one batch.
+
+With `max_batch_size` > 0 (configs/cpu_triton_batching.pbtxt) Triton's own dynamic
+batcher forms the batches and hands them to execute(), which runs them on this
+instance's engine and returns when the last row is done: static batches, the baseline
+the scheduler is measured against. Rows go through the same `InstanceRunner` as the
+scheduler's, with a collector in place of the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from specbatch.serving.instance.runner import InstanceRunner
+from specbatch.serving.wire import (
+    GENERATE,
+    SCORE,
+    RowOutcome,
+    RowWork,
+    outcome_from_dict,
+    strings,
+    texts,
+    work_to_dict,
+)
+
+INPUTS = ("mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices", "stop")
+_COUNTERS = ("num_input_tokens", "num_output_tokens", "total_draft_tokens", "total_accepted_draft_tokens")
+
+
+def rows_from_arrays(arrays: Mapping[str, np.ndarray], first_row: int) -> list[RowWork]:
+    """One request's rows; missing sampling inputs mean greedy defaults. Mode `score`
+    makes scoring rows (each with its JSON list of `choices`)."""
+    mode = texts(arrays["mode"])[0]
+    prompts = texts(arrays["prompt"])
+    count = len(prompts)
+
+    def column(name: str, default: Any) -> list:
+        return arrays[name].reshape(-1).tolist() if name in arrays else [default] * count
+
+    max_tokens, temperature = column("max_tokens", 1), column("temperature", 0.0)
+    top_p, top_k = column("top_p", 1.0), column("top_k", 0)
+    choices = (
+        [tuple(json.loads(c)) for c in texts(arrays["choices"])] if "choices" in arrays else [()] * count
+    )
+    stops = [tuple(json.loads(v)) for v in texts(arrays["stop"])] if "stop" in arrays else [()] * count
+    return [
+        RowWork(
+            row=first_row + i,
+            kind=SCORE if mode == "score" else GENERATE,
+            prompt=prompts[i],
+            mode="speculative" if mode == "score" else mode,
+            max_tokens=int(max_tokens[i]),
+            temperature=float(temperature[i]),
+            top_p=float(top_p[i]),
+            top_k=int(top_k[i]),
+            stop=stops[i],
+            choices=choices[i],
+        )
+        for i in range(count)
+    ]
+
+
+def run_rows(runner_for: Any, rows: Sequence[RowWork]) -> list[RowOutcome]:
+    """Run rows on a fresh runner (``runner_for(send)``) and wait for every outcome."""
+    outcomes: dict[int, RowOutcome] = {}
+    finished = threading.Event()
+    lock = threading.Lock()
+
+    def collect(message: dict[str, Any]) -> None:
+        if message["type"] != "done":
+            return
+        with lock:
+            outcomes[message["row"]] = outcome_from_dict(message["outcome"])
+            if len(outcomes) == len(rows):
+                finished.set()
+
+    runner: InstanceRunner = runner_for(collect)
+    if rows:
+        runner.handle({"type": "run", "rows": [work_to_dict(row) for row in rows]})
+        finished.wait()
+    return [outcomes[row.row] for row in rows]
+
+
+def outcome_arrays(outcomes: Sequence[RowOutcome]) -> dict[str, np.ndarray]:
+    arrays = {
+        "text_output": strings([o.text for o in outcomes]),
+        "finish_reason": strings([o.finish_reason for o in outcomes]),
+        "error": strings([o.error for o in outcomes]),
+    }
+    for name in _COUNTERS:
+        arrays[name] = np.array([getattr(o, name) for o in outcomes], dtype=np.uint32)
+    return arrays

@@ -1,0 +1,183 @@
+"""One model instance's side of the scheduler connection: rows in, tokens and outcomes out.
+
+The scheduler sends rows it admitted to this instance; each becomes a row of the
+instance's continuous engine (or a prefill-only scoring row) the moment it arrives.
+The engine calls back on its loop thread once per step — that is where the step's
+streamed text, the rows that produced their first token and the instance's fresh
+load go out in one message — and once per finished row. A row the engine refuses
+(over the context, bad parameters) is answered at once with its error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from specbatch.decoding import Engine, GenerationRequest, GenerationResult
+from specbatch.decoding.rows import RowHandle
+from specbatch.decoding.scoring import ChoiceScores
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.serving.chat import model_prompt
+from specbatch.serving.instance.detokenize import IncrementalDetokenizer
+from specbatch.serving.params import PromptError
+from specbatch.serving.wire import (
+    SCORE,
+    RowOutcome,
+    RowWork,
+    load_to_dict,
+    outcome_to_dict,
+    work_from_dict,
+)
+
+logger = logging.getLogger(__name__)
+
+Send = Callable[[dict[str, Any]], None]
+
+
+class InstanceRunner:
+    """Runs the rows the scheduler sends on one engine and reports back through ``send``."""
+
+    def __init__(self, engine: Engine, name: str, send: Send) -> None:
+        self._engine = engine
+        self._name = name
+        self._send = send
+        self._lock = threading.Lock()
+        self._handles: dict[int, RowHandle] = {}
+        self._streams: dict[int, IncrementalDetokenizer] = {}
+        self._started: set[int] = set()
+        self._scoring: set[int] = set()
+
+    def load(self) -> InstanceLoad:
+        """The engine's state; exact from the loop thread, one step old elsewhere."""
+        return _load_of(self._engine, on_loop=threading.current_thread() is self._engine.loop_thread)
+
+    def hello(self, device: str) -> dict[str, Any]:
+        return {"type": "hello", "instance": self._name, "device": device, "load": load_to_dict(self.load())}
+
+    def handle(self, message: dict[str, Any]) -> None:
+        """A message from the scheduler: rows to run, or rows to cancel."""
+        kind = message.get("type")
+        if kind == "run":
+            for data in message.get("rows", ()):
+                self._start(work_from_dict(data))
+        elif kind == "cancel":
+            with self._lock:
+                handles = [self._handles.get(int(row)) for row in message.get("rows", ())]
+            for handle in handles:
+                if handle is not None:
+                    self._engine.cancel(handle)
+        else:
+            logger.warning("%s: unknown message %r from the scheduler", self._name, kind)
+
+    def cancel_all(self) -> None:
+        """The scheduler is gone: nobody waits for these rows any more."""
+        with self._lock:
+            handles = list(self._handles.values())
+        for handle in handles:
+            self._engine.cancel(handle)
+
+    # ---- rows -------------------------------------------------------------------------
+
+    def _start(self, work: RowWork) -> None:
+        try:
+            prompt = model_prompt(self._engine.pair.tokenizer, work.prompt, work.chat)
+            if work.kind == SCORE:
+                if not work.choices:
+                    raise PromptError("a scoring row needs at least one choice")
+                self._engine.submit_scoring(
+                    prompt, work.choices, lambda scores, error, row=work.row: self._scored(row, scores, error)
+                )
+                return
+            deadline = None if work.seconds_left is None else time.monotonic() + work.seconds_left
+            request = GenerationRequest(
+                prompt=prompt,
+                max_new_tokens=work.max_tokens,
+                temperature=work.temperature,
+                top_p=work.top_p,
+                top_k=work.top_k,
+                stop=work.stop,
+                deadline=deadline,
+            )
+            with self._lock:
+                if work.stream:
+                    decode = self._engine.pair.tokenizer.decode
+                    self._streams[work.row] = IncrementalDetokenizer(
+                        lambda ids: decode(ids, skip_special_tokens=True), work.stop
+                    )
+                self._handles[work.row] = self._engine.submit(request, self, key=work.row, mode=work.mode)
+        except ValueError as exc:
+            with self._lock:
+                self._streams.pop(work.row, None)
+            self._done(work.row, RowOutcome.failed(str(exc), reason="error"))
+        except Exception as exc:
+            logger.exception("%s: starting row %d failed", self._name, work.row)
+            self._done(work.row, RowOutcome.failed(f"{self._name}: {exc}"))
+
+    def on_tokens(self, updates: dict[int, list[int]]) -> None:
+        """The engine's step: first tokens, streamed text and the load, in one message."""
+        first, deltas = [], []
+        with self._lock:
+            for row, ids in updates.items():
+                if row not in self._started:
+                    self._started.add(row)
+                    first.append(row)
+                stream = self._streams.get(row)
+                if stream is not None and (text := stream.push(ids)):
+                    deltas.append([row, text])
+        self._send({"type": "step", "first": first, "deltas": deltas, "load": load_to_dict(self.load())})
+
+    def on_finished(self, key: int, result: GenerationResult) -> None:
+        with self._lock:
+            self._handles.pop(key, None)
+            self._streams.pop(key, None)
+            self._started.discard(key)
+        self._done(key, _outcome(result))
+
+    def _scored(self, row: int, scores: ChoiceScores | None, error: str) -> None:
+        if scores is None:
+            self._done(row, RowOutcome.failed(error, reason="error"))
+        else:
+            self._done(row, RowOutcome(text=scores.best, finish_reason="stop"))
+
+    def _done(self, row: int, outcome: RowOutcome) -> None:
+        outcome = replace(outcome, instance=self._name)
+        self._send(
+            {
+                "type": "done",
+                "row": row,
+                "outcome": outcome_to_dict(outcome),
+                "load": load_to_dict(self.load()),
+            }
+        )
+
+
+def _load_of(engine: Engine, on_loop: bool) -> InstanceLoad:
+    snapshot = engine.snapshot_now() if on_loop else engine.snapshot()
+    return InstanceLoad(
+        running=snapshot.running,
+        waiting=snapshot.waiting,
+        blocks_total=snapshot.blocks_total,
+        blocks_free=snapshot.blocks_free,
+        block_size=snapshot.block_size,
+        step_seconds=snapshot.step_seconds,
+        seconds_per_token=snapshot.seconds_per_token,
+        lookahead=snapshot.lookahead,
+        preemptions=snapshot.preemptions,
+        max_rows=engine.max_rows,
+    )
+
+
+def _outcome(result: GenerationResult) -> RowOutcome:
+    return RowOutcome(
+        text=result.text,
+        finish_reason=result.finish_reason,
+        num_input_tokens=result.num_input_tokens,
+        num_output_tokens=result.num_output_tokens,
+        total_draft_tokens=result.total_draft_tokens,
+        total_accepted_draft_tokens=result.total_accepted_draft_tokens,
+        error=result.error,
+    )

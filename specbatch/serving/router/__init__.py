@@ -1,0 +1,1 @@
+"""The router process: structural classification and a length prior, no torch."""

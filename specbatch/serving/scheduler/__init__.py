@@ -1,0 +1,1 @@
+"""The scheduler process: admission, the instance connections, replies (no torch)."""

@@ -1,0 +1,388 @@
+"""The scheduler's core: requests in, rows out to addressed instances, answers back.
+
+Everything here runs on the scheduler's one asyncio loop. A request is admitted
+(or refused at once when the queue is full), its prompts become jobs: a graph is
+solved on a worker thread, a prompt the router could not place first runs a short
+draft-model row whose answer picks its task, and mmlu and infobench prompts wait in
+the admission policy's queue. Whenever an instance reports its load — on connecting,
+after every step, with every finished row — the policy chooses which queued prompts
+start there, and they go out on that instance's connection. Results come back on the
+same connection and are written straight into the request's state.
+
+A connection that closes is an instance that died: it gets no more work, and the
+prompts it was running are re-queued when nothing of them reached the client yet
+(once), or answered with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specbatch.routing import LengthPredictor, route_evidence
+from specbatch.routing.classify import DEFAULT_TASK
+from specbatch.scheduling import QueuedRequest
+from specbatch.scheduling.admission import AdmissionPolicy
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.serving.latency import PromptTiming
+from specbatch.serving.params import PromptError
+from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
+from specbatch.serving.scheduler.state import PromptJob, ReplySink, RequestState
+from specbatch.serving.scheduler.tasks import GENERATE, ROUTE, SCORE, SOLVE, parse_task, prepare_prompt
+from specbatch.serving.wire import RowOutcome, RowWork, load_from_dict, work_to_dict
+
+logger = logging.getLogger(__name__)
+
+SolveGraph = Callable[[str], Awaitable[str]]
+
+
+class Overloaded(RuntimeError):
+    """The queue cannot take this request; answer it with UNAVAILABLE now."""
+
+
+class InstanceChannel(Protocol):
+    def send(self, message: dict[str, Any]) -> None: ...
+
+
+class SchedulerEvents:
+    """What the core tells its observer (the Triton metrics); every method is optional."""
+
+    def settled(self, outcomes: list[RowOutcome], timings: list[PromptTiming]) -> None: ...
+
+    def rejected(self, prompts: int) -> None: ...
+
+    def shed(self, prompts: int) -> None: ...
+
+    def admitted(self, instance: str, prompts: int) -> None: ...
+
+    def requeued(self, prompts: int) -> None: ...
+
+    def instance_load(
+        self, instance: str, load: InstanceLoad, rows_allowed: int, b_sla: int | None
+    ) -> None: ...
+
+    def instance_lost(self, instance: str) -> None: ...
+
+    def queue_depths(self, depths: list[int]) -> None: ...
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    generation_mode: str = "speculative"
+    fallback_tokens: int = 4
+    max_attempts: int = 2
+
+
+@dataclass
+class _Running:
+    job: PromptJob
+    queued: QueuedRequest
+    instance: str
+
+
+class SchedulerCore:
+    def __init__(
+        self,
+        intake: RequestIntake,
+        policy: AdmissionPolicy,
+        solve_graph: SolveGraph,
+        *,
+        settings: CoreSettings | None = None,
+        events: SchedulerEvents | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._intake = intake
+        self._policy = policy
+        self._solve_graph = solve_graph
+        self._settings = settings or CoreSettings()
+        self._events = events or SchedulerEvents()
+        self._clock = clock
+        self._channels: dict[str, InstanceChannel] = {}
+        self._running: dict[int, _Running] = {}
+        self._rows = itertools.count()
+        self._active: dict[int, RequestState] = {}
+        self._jobs_of: dict[int, list[PromptJob]] = {}
+        self._predictor = LengthPredictor()
+        self._background: set[asyncio.Task] = set()
+
+    # ---- requests ---------------------------------------------------------------------
+
+    @property
+    def instances(self) -> list[str]:
+        return list(self._channels)
+
+    @property
+    def queued(self) -> int:
+        return self._policy.queued
+
+    def admit(self, routed: RoutedRequest, reply: ReplySink) -> None:
+        """Take a request: raises RequestError for malformed input and Overloaded when the
+        queue cannot hold its prompts; otherwise every prompt is settled later."""
+        state, jobs, errors = self._intake.admit(routed, reply, self._settled)
+        queued = [job for job in jobs if job.prepared.kind != SOLVE]
+        if queued and self._policy.queued + len(queued) > self._policy.config.queue_limit:
+            self._events.rejected(len(routed.prompts))
+            raise Overloaded(
+                f"the server is overloaded: {self._policy.queued} prompts are queued (limit "
+                f"{self._policy.config.queue_limit}); retry later"
+            )
+        now = self._clock()
+        if not state.done:
+            self._active[state.serial] = state
+            self._jobs_of[state.serial] = jobs
+        for index, outcome in errors:
+            state.settle(index, outcome, now)
+        for job in jobs:
+            if job.prepared.kind == SOLVE:
+                self._spawn(self._solve(job))
+            else:
+                self._enqueue(job, now)
+        self.schedule()
+
+    def _enqueue(self, job: PromptJob, now: float, requeue: bool = False) -> None:
+        kind = job.prepared.kind
+        if kind == GENERATE:
+            job.predicted_tokens = max(
+                1, min(self._predictor.predict(job.prepared.source, job.task), job.sampling.max_tokens)
+            )
+        elif kind == ROUTE:
+            job.predicted_tokens = self._settings.fallback_tokens
+        else:
+            job.predicted_tokens = 1
+        request = QueuedRequest(
+            request_id=job.key,
+            predicted_tokens=job.predicted_tokens,
+            input_tokens=job.input_tokens,
+            arrival_s=job.state.arrival_s,
+            deadline_s=job.state.deadline_s,
+            payload=job,
+        )
+        if requeue:
+            self._policy.requeue(request)
+        else:
+            self._policy.submit(request)
+
+    async def _solve(self, job: PromptJob) -> None:
+        try:
+            outcome = RowOutcome(text=await self._solve_graph(job.prepared.source), task=job.task)
+        except PromptError as exc:
+            outcome = RowOutcome.failed(str(exc), task=job.task)
+        except Exception as exc:
+            logger.exception("solving a graph prompt failed")
+            outcome = RowOutcome.failed(f"graph solver failed: {exc}", task=job.task)
+        self._settle(job, outcome)
+
+    def _spawn(self, coroutine: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ---- instances --------------------------------------------------------------------
+
+    def instance_joined(self, name: str, load: InstanceLoad, channel: InstanceChannel) -> None:
+        if name in self._channels:
+            self.instance_lost(name, "it connected again")
+        self._channels[name] = channel
+        self._policy.add_instance(name, load)
+        logger.info("instance %s joined: %d KV blocks of %d tokens", name, load.blocks_total, load.block_size)
+        self._report(name, load)
+        self.schedule()
+
+    def instance_step(self, name: str, message: dict[str, Any]) -> None:
+        now = self._clock()
+        for row in message.get("first", ()):
+            running = self._running.get(row)
+            if running is not None:
+                running.job.state.first_token(running.job.index, now)
+        for row, text in message.get("deltas", ()):
+            running = self._running.get(row)
+            if running is not None:
+                running.job.state.first_token(running.job.index, now)
+                running.job.state.stream_text(running.job.index, running.job.task, text)
+        self._report(name, message["load"])
+        self.schedule()
+
+    def instance_done(self, name: str, row: int, outcome: RowOutcome, load: dict[str, Any]) -> None:
+        running = self._running.pop(row, None)
+        if running is not None:
+            self._policy.finished(name, running.queued, outcome.num_output_tokens)
+            self._finished_row(running.job, outcome)
+        self._report(name, load)
+        self.schedule()
+
+    def instance_lost(self, name: str, reason: str) -> None:
+        """Take the instance out of service; settle or re-queue the prompts it was running."""
+        if self._channels.pop(name, None) is None:
+            return
+        self._policy.remove_instance(name)
+        self._events.instance_lost(name)
+        logger.error("instance %s is out of service (%s)", name, reason)
+        now = self._clock()
+        requeued = 0
+        for row, running in list(self._running.items()):
+            if running.instance != name:
+                continue
+            del self._running[row]
+            job = running.job
+            if job.state.done or job.state.outcomes[job.index] is not None:
+                continue
+            if not job.streamed_anything and job.attempts < self._settings.max_attempts:
+                job.instance = job.row = None
+                self._enqueue(job, now, requeue=True)
+                requeued += 1
+            else:
+                self._settle(
+                    job, RowOutcome.failed(f"model instance {name} failed while running this prompt")
+                )
+        if requeued:
+            self._events.requeued(requeued)
+        self.schedule()
+
+    def _report(self, name: str, raw_load: dict[str, Any] | InstanceLoad) -> None:
+        load = raw_load if isinstance(raw_load, InstanceLoad) else load_from_dict(raw_load)
+        if name not in self._channels:
+            return
+        self._policy.report(name, load)
+        allowed, b_sla = self._policy.capacity(name)
+        self._events.instance_load(name, load, allowed, b_sla)
+
+    # ---- decisions --------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Shed what cannot make its deadline, then start what each instance has room for."""
+        now = self._clock()
+        shed = self._policy.shed(now)
+        for request in shed:
+            job: PromptJob = request.payload
+            self._settle(job, RowOutcome.failed("deadline exceeded", task=job.task, reason="cancelled"))
+        if shed:
+            self._events.shed(len(shed))
+        for name, channel in list(self._channels.items()):
+            chosen = self._policy.admit(name, now)
+            if not chosen:
+                continue
+            rows = []
+            for request in chosen:
+                job = request.payload
+                row = next(self._rows)
+                job.instance, job.row = name, row
+                job.attempts += 1
+                job.state.dispatched_s[job.index] = now
+                self._running[row] = _Running(job, request, name)
+                rows.append(work_to_dict(self._work(job, row, now)))
+            channel.send({"type": "run", "rows": rows})
+            self._events.admitted(name, len(rows))
+        self._events.queue_depths(self._policy.depths())
+
+    def next_wakeup_s(self) -> float | None:
+        return self._policy.next_wakeup_s(self._clock())
+
+    def _work(self, job: PromptJob, row: int, now: float) -> RowWork:
+        prepared, sampling = job.prepared, job.sampling
+        seconds_left = None if job.state.deadline_s is None else max(0.0, job.state.deadline_s - now)
+        if prepared.kind == SCORE:
+            return RowWork(
+                row=row,
+                kind=SCORE,
+                prompt=prepared.model_prompt,
+                chat=prepared.chat,
+                choices=prepared.continuations,
+            )
+        if prepared.kind == ROUTE:
+            return RowWork(
+                row=row,
+                kind=GENERATE,
+                prompt=prepared.model_prompt,
+                mode="draft_only",
+                max_tokens=self._settings.fallback_tokens,
+                seconds_left=seconds_left,
+            )
+        return RowWork(
+            row=row,
+            kind=GENERATE,
+            prompt=prepared.model_prompt,
+            mode=self._settings.generation_mode,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            stop=sampling.stop,
+            stream=sampling.stream,
+            chat=prepared.chat,
+            seconds_left=seconds_left,
+        )
+
+    def _finished_row(self, job: PromptJob, outcome: RowOutcome) -> None:
+        if outcome.finish_reason == "deadline":
+            outcome = RowOutcome.failed("deadline exceeded", reason="cancelled")
+        elif outcome.finish_reason == "cancelled" and not outcome.error:
+            outcome = RowOutcome.failed("request cancelled", reason="cancelled")
+        if job.prepared.kind == ROUTE and not outcome.error:
+            self._route(job, outcome.text)
+            return
+        if job.prepared.kind == GENERATE and not outcome.error:
+            self._predictor.observe(job.prepared.source, job.task, outcome.num_output_tokens)
+        self._settle(job, outcome)
+
+    def _route(self, job: PromptJob, draft_answer: str) -> None:
+        """The draft model placed an ambiguous prompt: prepare it for that task and go on."""
+        source = job.prepared.source
+        evidence = route_evidence(source)
+        task = parse_task(draft_answer)
+        if task not in evidence.candidates:
+            task = DEFAULT_TASK
+        try:
+            job.prepared = prepare_prompt(source, task, job.prepared.chat)
+            job.input_tokens = self._intake.check_context(job.prepared, job.sampling.max_tokens)
+        except PromptError as exc:
+            self._settle(job, RowOutcome.failed(str(exc), task=task))
+            return
+        if job.prepared.kind == SOLVE:
+            self._spawn(self._solve(job))
+        else:
+            job.attempts = 0
+            self._enqueue(job, self._clock(), requeue=True)
+
+    def _settle(self, job: PromptJob, outcome: RowOutcome) -> None:
+        job.settle(outcome, self._clock())
+
+    def _settled(self, state: RequestState, outcomes: list[RowOutcome], timings: list[PromptTiming]) -> None:
+        self._active.pop(state.serial, None)
+        self._jobs_of.pop(state.serial, None)
+        self._events.settled(outcomes, timings)
+
+    # ---- cancellation and shutdown ----------------------------------------------------
+
+    def poll_cancellations(self) -> None:
+        """Withdraw the prompts of requests whose client cancelled: queued ones now, running
+        ones at their instance's next step."""
+        for serial, state in list(self._active.items()):
+            if state.done or not state.reply.is_cancelled():
+                continue
+            by_instance: dict[str, list[int]] = {}
+            for job in self._jobs_of.get(serial, ()):
+                if state.outcomes[job.index] is not None:
+                    continue
+                if self._policy.cancel(job.key) is not None or job.prepared.kind == SOLVE:
+                    self._settle(
+                        job, RowOutcome.failed("request cancelled", task=job.task, reason="cancelled")
+                    )
+                elif job.instance is not None and job.row is not None:
+                    by_instance.setdefault(job.instance, []).append(job.row)
+            for name, rows in by_instance.items():
+                channel = self._channels.get(name)
+                if channel is not None:
+                    channel.send({"type": "cancel", "rows": rows})
+
+    def fail_everything(self, message: str) -> None:
+        """Answer every prompt still held (shutdown, or the loop failing) with ``message``."""
+        for serial in list(self._active):
+            for job in self._jobs_of.get(serial, ()):
+                self._policy.cancel(job.key)
+                self._settle(job, RowOutcome.failed(message, task=job.task))
+        self._running.clear()

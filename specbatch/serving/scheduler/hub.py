@@ -1,0 +1,103 @@
+"""The scheduler's end of the instance connections: a Unix socket server on its loop.
+
+Each connection must open with a ``hello`` naming the instance; after that its
+messages go to the core, and the core's messages for that instance go out on it.
+End of stream — a clean close or a process killed outright — takes the instance out
+of service at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from specbatch.serving.scheduler.core import SchedulerCore
+from specbatch.serving.wire import (
+    WireError,
+    decode,
+    encode,
+    frame_length,
+    load_from_dict,
+    outcome_from_dict,
+    prepare_socket_dir,
+)
+
+logger = logging.getLogger(__name__)
+
+HELLO_TIMEOUT_S = 10.0
+
+
+class _Channel:
+    """One instance's connection, as the core sends on it."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self._writer.is_closing():
+            self._writer.write(encode(message))
+
+
+class InstanceHub:
+    """Accepts instance connections at ``path`` and feeds the core."""
+
+    def __init__(self, core: SchedulerCore, path: Path) -> None:
+        self._core = core
+        self._path = path
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        prepare_socket_dir(self._path)
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self._path))
+        self._path.chmod(0o600)
+        logger.info("waiting for model instances at %s", self._path)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        self._path.unlink(missing_ok=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        name = None
+        try:
+            hello = await asyncio.wait_for(_read(reader), HELLO_TIMEOUT_S)
+            if hello is None or hello.get("type") != "hello" or not isinstance(hello.get("instance"), str):
+                raise WireError("the first message must be a hello naming the instance")
+            name = hello["instance"]
+            self._core.instance_joined(name, load_from_dict(hello.get("load", {})), _Channel(writer))
+            while (message := await _read(reader)) is not None:
+                self._dispatch(name, message)
+            reason = "its connection closed"
+        except (OSError, WireError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+            reason = f"its connection failed: {exc}"
+        finally:
+            writer.close()
+        if name is not None:
+            self._core.instance_lost(name, reason)
+
+    def _dispatch(self, name: str, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        try:
+            if kind == "step":
+                self._core.instance_step(name, message)
+            elif kind == "done":
+                self._core.instance_done(
+                    name, int(message["row"]), outcome_from_dict(message["outcome"]), message["load"]
+                )
+            else:
+                logger.warning("instance %s sent an unknown message %r", name, kind)
+        except Exception:  # one bad message loses itself, not the instance
+            logger.exception("handling %r from instance %s failed", kind, name)
+
+
+async def _read(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+    try:
+        header = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise
+    return decode(await reader.readexactly(frame_length(header)))

@@ -1,0 +1,76 @@
+"""The scheduler's event loop on its own thread, supervised.
+
+Triton calls `execute` on its own thread; everything the core does happens on this
+loop, so the core needs no locks. Besides the instance connections, the loop wakes
+for the policy's next deadline and polls for cancelled requests. A failure inside a
+tick is logged and does not stop the loop; shutdown answers every prompt still held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from specbatch.serving.scheduler.core import SchedulerCore
+from specbatch.serving.scheduler.hub import InstanceHub
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerLoop:
+    def __init__(self, core: SchedulerCore, hub: InstanceHub, cancel_poll_s: float = 0.1) -> None:
+        self._core = core
+        self._hub = hub
+        self._cancel_poll_s = cancel_poll_s
+        self._loop = asyncio.new_event_loop()
+        self._stopped: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="specbatch-scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the scheduler loop did not start")
+
+    def call(self, function: Callable[..., None], *args: object) -> None:
+        """Run ``function(*args)`` on the loop (from any thread); a failure is logged."""
+        self._loop.call_soon_threadsafe(self._guarded, function, *args)
+
+    def stop(self, message: str = "the server is shutting down", timeout_s: float = 30.0) -> None:
+        if self._thread.is_alive() and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+            self._thread.join(timeout_s)
+        with contextlib.suppress(Exception):
+            self._core.fail_everything(message)
+
+    def _guarded(self, function: Callable[..., None], *args: object) -> None:
+        try:
+            function(*args)
+        except Exception:
+            logger.exception("scheduler step %s failed", getattr(function, "__name__", function))
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self._stopped = asyncio.Event()
+        await self._hub.start()
+        self._ready.set()
+        try:
+            while not self._stopped.is_set():
+                self._guarded(self._core.poll_cancellations)
+                self._guarded(self._core.schedule)
+                timeout = self._cancel_poll_s
+                wake = self._core.next_wakeup_s()
+                if wake is not None:
+                    timeout = max(0.0, min(timeout, wake - time.monotonic()))
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), timeout)
+        finally:
+            self._core.fail_everything("the server is shutting down")
+            await self._hub.stop()

@@ -1,0 +1,86 @@
+"""Build the scheduler's collaborators from its model configuration parameters."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from specbatch.routing import solve_graph
+from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
+from specbatch.serving.latency import SlaTargets
+from specbatch.serving.params import PromptError, ServingLimits
+from specbatch.serving.scheduler.core import CoreSettings, SchedulerCore, SchedulerEvents, SolveGraph
+from specbatch.serving.scheduler.intake import RequestIntake
+from specbatch.serving.scheduler.tokens import load_token_counter
+from specbatch.serving.settings import ModelSettings
+
+
+def build_limits(settings: ModelSettings) -> ServingLimits:
+    return ServingLimits(
+        max_tokens_cap=settings.integer("max_tokens_cap", 1024),
+        default_max_tokens=settings.integer("default_max_tokens", 256),
+        default_temperature=settings.number("default_temperature", 0.0),
+    )
+
+
+def build_sla(settings: ModelSettings) -> SlaTargets:
+    """Latency bounds for the violation counters; 0 leaves a bound unchecked."""
+
+    def bound(key: str) -> float | None:
+        value = settings.number(key, 0.0)
+        return value / 1000.0 if value > 0 else None
+
+    return SlaTargets(ttft_s=bound("sla_ttft_ms"), tpot_s=bound("sla_tpot_ms"), e2e_s=bound("sla_e2e_ms"))
+
+
+def build_admission(settings: ModelSettings) -> AdmissionPolicy:
+    """`admission`: `least_slack` (bins, SLA order, b_mem and b_SLA per instance) or
+    `fcfs` (one queue in arrival order, start what fits now: what vLLM does)."""
+    order = settings.raw("admission", "least_slack")
+    smart = order != "fcfs"
+    sla = build_sla(settings)
+    return AdmissionPolicy(
+        AdmissionConfig(
+            order=order,
+            num_bins=settings.integer("num_bins", 4),
+            queue_limit=settings.integer("queue_limit", 256),
+            ttft_sla_s=sla.ttft_s or 2.0,
+            tpot_sla_s=sla.tpot_s or 0.1,
+            starvation_s=settings.number("starvation_bound_ms", 10000.0) / 1000.0,
+            max_rows=settings.integer("batch_size_max", 64),
+            memory_aware=smart,
+            sla_aware=smart,
+            shed_deadlines=smart,
+            eps_mem=settings.number("eps_mem", 0.05),
+            max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
+        )
+    )
+
+
+def graph_solver(timeout_s: float) -> SolveGraph:
+    """Solve on a worker thread, never on the scheduler's loop, within ``timeout_s``."""
+
+    async def solve(text: str) -> str:
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(solve_graph, text), timeout_s)
+        except asyncio.TimeoutError:
+            raise PromptError(f"the graph took longer than {timeout_s:g} s to solve") from None
+        except ValueError as exc:
+            raise PromptError(f"graph prompt: {exc}") from None
+
+    return solve
+
+
+def build_core(settings: ModelSettings, events: SchedulerEvents) -> SchedulerCore:
+    count_tokens, max_context, render_chat = load_token_counter(settings.model_path("target_model"))
+    intake = RequestIntake(build_limits(settings), count_tokens, max_context, time.monotonic, render_chat)
+    return SchedulerCore(
+        intake,
+        build_admission(settings),
+        graph_solver(settings.number("graph_timeout_ms", 2000.0) / 1000.0),
+        settings=CoreSettings(
+            generation_mode=settings.raw("generation_mode", "speculative"),
+            fallback_tokens=settings.integer("fallback_tokens", 4),
+        ),
+        events=events,
+    )

@@ -1,0 +1,171 @@
+"""The scheduler's Prometheus metrics, fed by the core's events."""
+
+from __future__ import annotations
+
+import time
+
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.serving.latency import PromptTiming, SlaTargets
+from specbatch.serving.scheduler.core import SchedulerEvents
+from specbatch.serving.wire import RowOutcome
+from specbatch.triton.metrics import MetricRegistry, declare_outcome_counters
+
+LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
+TPOT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
+
+
+GAUGE_INTERVAL_S = 0.5
+
+
+class SchedulerMetrics(SchedulerEvents):
+    """Counters on every event; gauges (instance load, queue depth) at most every half
+    second per series, since loads arrive with every engine step and each update is a
+    message to the server process."""
+
+    def __init__(self, sla: SlaTargets) -> None:
+        self._m = MetricRegistry("scheduler")
+        self._sla = sla
+        self._last_gauge: dict[str, float] = {}
+        declare_outcome_counters(self._m, sla)
+        for name, text in (
+            ("specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full"),
+            ("specbatch_shed_prompts_total", "Queued prompts failed early: their deadline could not be met"),
+            ("specbatch_requeued_prompts_total", "Prompts re-run after their instance failed"),
+            ("specbatch_instance_failures_total", "Instances taken out of service (connection lost)"),
+        ):
+            self._m.declare_counter(name, text)
+
+    def settled(self, outcomes: list[RowOutcome], timings: list[PromptTiming]) -> None:
+        m = self._m
+        for outcome, timing in zip(outcomes, timings, strict=True):
+            task = outcome.task or "none"
+            m.increment(
+                "specbatch_prompts_total",
+                "Prompts answered per task and finish reason",
+                task=task,
+                finish_reason=outcome.finish_reason,
+            )
+            if outcome.error:
+                m.increment("specbatch_prompt_errors_total", "Prompts answered with an error", task=task)
+                continue
+            m.observe(
+                "specbatch_e2e_seconds",
+                "End-to-end latency per prompt",
+                timing.e2e_s,
+                LATENCY_BUCKETS,
+                task=task,
+            )
+            m.observe(
+                "specbatch_queue_seconds",
+                "Time from arrival to dispatch",
+                timing.queue_s,
+                LATENCY_BUCKETS,
+                task=task,
+            )
+            if timing.ttft_s is not None:
+                m.observe(
+                    "specbatch_ttft_seconds", "Time to first token", timing.ttft_s, LATENCY_BUCKETS, task=task
+                )
+            if timing.tpot_s is not None:
+                m.observe(
+                    "specbatch_tpot_seconds",
+                    "Time per output token after the first",
+                    timing.tpot_s,
+                    TPOT_BUCKETS,
+                    task=task,
+                )
+            violations = self._sla.violations(timing)
+            for bound in violations:
+                m.increment(
+                    "specbatch_sla_violations_total",
+                    "Prompts that broke an SLA bound",
+                    task=task,
+                    bound=bound,
+                )
+            if not violations:
+                m.increment(
+                    "specbatch_goodput_prompts_total", "Prompts served within every SLA bound", task=task
+                )
+
+    def rejected(self, prompts: int) -> None:
+        self._m.increment(
+            "specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full", prompts
+        )
+
+    def shed(self, prompts: int) -> None:
+        self._m.increment(
+            "specbatch_shed_prompts_total",
+            "Queued prompts failed early: their deadline could not be met",
+            prompts,
+        )
+
+    def requeued(self, prompts: int) -> None:
+        self._m.increment(
+            "specbatch_requeued_prompts_total", "Prompts re-run after their instance failed", prompts
+        )
+
+    def admitted(self, instance: str, prompts: int) -> None:
+        self._m.increment(
+            "specbatch_admitted_prompts_total", "Prompts started per instance", prompts, instance=instance
+        )
+
+    def instance_lost(self, instance: str) -> None:
+        self._last_gauge.pop(instance, None)
+        self._m.increment(
+            "specbatch_instance_failures_total", "Instances taken out of service (connection lost)"
+        )
+        self._m.set(
+            "specbatch_instance_up", "1 while the instance is connected and serving", 0, instance=instance
+        )
+
+    def _due(self, series: str) -> bool:
+        now = time.monotonic()
+        if now - self._last_gauge.get(series, -GAUGE_INTERVAL_S) < GAUGE_INTERVAL_S:
+            return False
+        self._last_gauge[series] = now
+        return True
+
+    def instance_load(self, instance: str, load: InstanceLoad, rows_allowed: int, b_sla: int | None) -> None:
+        if not self._due(instance):
+            return
+        m = self._m
+        m.set("specbatch_instance_up", "1 while the instance is connected and serving", 1, instance=instance)
+        m.set("specbatch_running_rows", "Rows an instance is decoding", load.running, instance=instance)
+        m.set(
+            "specbatch_waiting_rows",
+            "Rows waiting inside an instance's engine",
+            load.waiting,
+            instance=instance,
+        )
+        m.set(
+            "specbatch_free_kv_blocks", "Free KV blocks of an instance", load.blocks_free, instance=instance
+        )
+        m.set("specbatch_lookahead", "Draft tokens per step (K) now", load.lookahead, instance=instance)
+        m.set(
+            "specbatch_step_seconds",
+            "Smoothed duration of an engine step",
+            load.step_seconds,
+            instance=instance,
+        )
+        m.set(
+            "specbatch_preemptions",
+            "Rows preempted for lack of KV blocks so far",
+            load.preemptions,
+            instance=instance,
+        )
+        m.set(
+            "specbatch_rows_allowed",
+            "Rows admission allows an instance: min(b_mem, b_SLA)",
+            rows_allowed,
+            instance=instance,
+        )
+        if b_sla is not None:
+            m.set(
+                "specbatch_b_sla", "b_SLA of an instance (per-token SLA feedback)", b_sla, instance=instance
+            )
+
+    def queue_depths(self, depths: list[int]) -> None:
+        if not self._due("queue"):
+            return
+        for index, depth in enumerate(depths):
+            self._m.set("specbatch_queue_depth", "Prompts waiting per length bin", depth, bin=str(index))
