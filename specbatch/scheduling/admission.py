@@ -17,8 +17,11 @@ admission decisions, taken per instance whenever it reports its state:
   waited ``starvation_s`` goes first, so no bin and no prompt starves. When the head
   of the order does not fit an instance's free memory, the best prompt of a shorter
   bin that fits goes instead.
-- **when to say no**: the queue holds at most ``queue_limit`` prompts, and a prompt
-  past that is refused at once (:class:`QueueFullError`); a queued prompt whose
+- **when to say no**: the queue holds about ``queue_seconds`` of the instances'
+  estimated capacity (rows they may run ÷ seconds a row takes), never more than
+  ``queue_limit`` nor fewer than ``queue_min`` prompts, and a prompt past that is
+  refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
+  only miss its SLA and make the ones behind it miss theirs. A queued prompt whose
   client deadline can no longer be met is shed early instead of taking a slot.
 
 ``order="fcfs"`` with ``memory_aware=False`` and ``sla_aware=False`` is what
@@ -53,6 +56,8 @@ class AdmissionConfig:
     order: str = "least_slack"
     num_bins: int = 4
     queue_limit: int = 256
+    queue_min: int = 8
+    queue_seconds: float = 2.0
     ttft_sla_s: float = 2.0
     tpot_sla_s: float = 0.1
     starvation_s: float = 10.0
@@ -99,6 +104,7 @@ class AdmissionPolicy:
         self._queued: dict[Hashable, tuple[int, QueuedRequest]] = {}
         self._instances: dict[str, _Instance] = {}
         self._prediction_error = RunningStats()
+        self._predicted = RunningStats()
         self._theta = NormalDist().inv_cdf(1.0 - config.eps_mem)
 
     # ---- the queue --------------------------------------------------------------------
@@ -118,13 +124,24 @@ class AdmissionPolicy:
         """Queue a prompt, or raise QueueFullError at once when the queue is at its bound."""
         if request.request_id in self._queued:
             raise DuplicateRequestError(f"request {request.request_id!r} is already queued")
-        if len(self._queued) >= self.config.queue_limit:
+        limit = self.queue_bound()
+        if len(self._queued) >= limit:
             raise QueueFullError(
-                f"the server is overloaded: {len(self._queued)} prompts are queued (limit "
-                f"{self.config.queue_limit}); retry later"
+                f"the server is overloaded: {len(self._queued)} prompts are queued (limit {limit}); retry later"
             )
         self._bins.observe(request.predicted_tokens)
+        self._predicted.add(request.predicted_tokens)
         self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
+
+    def queue_bound(self) -> int:
+        """How many prompts may wait now: ``queue_seconds`` of estimated capacity."""
+        cfg = self.config
+        if cfg.order == "fcfs" or not self._instances or self._predicted.count == 0:
+            return cfg.queue_limit
+        per_row_s = max(self._predicted.mean, 1.0) * self._tpot_estimate()
+        rows = sum(self._row_cap(i) for i in self._instances.values())
+        bound = int(rows / per_row_s * cfg.queue_seconds)
+        return min(cfg.queue_limit, max(cfg.queue_min, bound))
 
     def requeue(self, request: QueuedRequest) -> None:
         """Put back a prompt whose instance failed before it produced anything (bound ignored)."""

@@ -44,6 +44,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             order=order,
             num_bins=settings.integer("num_bins", 4),
             queue_limit=settings.integer("queue_limit", 256),
+            queue_min=settings.integer("queue_min", 8),
+            queue_seconds=settings.number("queue_seconds", 2.0),
             ttft_sla_s=sla.ttft_s or 2.0,
             tpot_sla_s=sla.tpot_s or 0.1,
             starvation_s=settings.number("starvation_bound_ms", 10000.0) / 1000.0,

@@ -1,0 +1,206 @@
+"""A step-level simulator of continuous-batching instances under an admission policy.
+
+Where the static simulator charges a whole batch for its longest member, here a row
+costs a step: every instance runs steps back to back while it has rows, each step
+lasting ``base + per_row × rows + per_prefill_token × prompt tokens started`` and
+giving every running row one token. Rows join and leave at step boundaries. After
+every step the instance reports its load to the same `AdmissionPolicy` object the
+server runs, on a virtual clock, and the policy decides who starts next.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.requests import QueuedRequest
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    base_s: float = 0.02
+    per_row_s: float = 0.002
+    per_prefill_token_s: float = 0.00005
+
+    def step_s(self, rows: int, prefill_tokens: int) -> float:
+        return self.base_s + self.per_row_s * rows + self.per_prefill_token_s * prefill_tokens
+
+
+@dataclass(frozen=True)
+class SimInstance:
+    kv_tokens: int = 16384
+    block_size: int = 16
+    max_rows: int = 64
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    request_id: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    predicted_tokens: float
+    deadline_s: float | None = None
+
+
+@dataclass
+class SimOutcome:
+    request: SimRequest
+    status: str = "pending"  # served | rejected | shed
+    first_token_s: float | None = None
+    done_s: float | None = None
+    instance: int | None = None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.request.arrival_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.done_s is None else self.done_s - self.request.arrival_s
+
+
+@dataclass
+class _Row:
+    outcome: SimOutcome
+    queued: QueuedRequest
+    generated: int = 0
+
+
+@dataclass
+class _InstanceState:
+    spec: SimInstance
+    rows: list[_Row] = field(default_factory=list)
+    stepping: bool = False
+    last_step_s: float = 0.0
+    steps: int = 0
+
+    def held_blocks(self) -> int:
+        return sum(
+            math.ceil((r.queued.input_tokens + r.generated) / self.spec.block_size) for r in self.rows
+        )
+
+    def load(self) -> InstanceLoad:
+        total = self.spec.kv_tokens // self.spec.block_size
+        per_token = self.last_step_s
+        return InstanceLoad(
+            running=len(self.rows),
+            blocks_total=total,
+            blocks_free=max(0, total - self.held_blocks()),
+            block_size=self.spec.block_size,
+            step_seconds=self.last_step_s,
+            seconds_per_token=per_token,
+            max_rows=self.spec.max_rows,
+        )
+
+
+class ContinuousSimulator:
+    """Runs a list of requests through instances and a fresh policy from ``make_policy``."""
+
+    def __init__(
+        self,
+        make_policy: Callable[[], AdmissionPolicy],
+        instances: Sequence[SimInstance] = (SimInstance(), SimInstance()),
+        costs: StepCosts = StepCosts(),
+    ) -> None:
+        self._make_policy = make_policy
+        self._instances = list(instances)
+        self._costs = costs
+
+    def run(self, requests: Sequence[SimRequest]) -> list[SimOutcome]:
+        policy = self._make_policy()
+        states = [_InstanceState(spec) for spec in self._instances]
+        names = [f"instance{i}" for i in range(len(states))]
+        for name, state in zip(names, states, strict=True):
+            policy.add_instance(name, state.load())
+        outcomes = {r.request_id: SimOutcome(r) for r in requests}
+        order = itertools.count()
+        events: list[tuple[float, int, str, int]] = [
+            (r.arrival_s, next(order), "arrive", r.request_id) for r in requests
+        ]
+        heapq.heapify(events)
+        by_id = {r.request_id: r for r in requests}
+
+        def start_rows(index: int, now: float) -> None:
+            for outcome in _shed(policy, now, outcomes):
+                outcome.status = "shed"
+            state = states[index]
+            chosen = policy.admit(names[index], now)
+            prefill = 0
+            for queued in chosen:
+                outcome = outcomes[queued.request_id]
+                outcome.instance = index
+                state.rows.append(_Row(outcome, queued))
+                prefill += queued.input_tokens
+            if state.rows and not state.stepping:
+                state.stepping = True
+                duration = self._costs.step_s(len(state.rows), prefill)
+                heapq.heappush(events, (now + duration, next(order), "step", index))
+
+        while events:
+            now, _, kind, subject = heapq.heappop(events)
+            if kind == "arrive":
+                request = by_id[subject]
+                queued = QueuedRequest(
+                    request_id=request.request_id,
+                    predicted_tokens=request.predicted_tokens,
+                    input_tokens=request.input_tokens,
+                    arrival_s=request.arrival_s,
+                    deadline_s=request.deadline_s,
+                )
+                try:
+                    policy.submit(queued)
+                except QueueFullError:
+                    outcomes[subject].status = "rejected"
+                    continue
+                for index in range(len(states)):
+                    if not states[index].stepping:
+                        start_rows(index, now)
+                continue
+            state = states[subject]
+            state.stepping = False
+            state.steps += 1
+            finished = []
+            for row in state.rows:
+                row.generated += 1
+                if row.outcome.first_token_s is None:
+                    row.outcome.first_token_s = now
+                if row.generated >= row.outcome.request.output_tokens:
+                    row.outcome.done_s = now
+                    row.outcome.status = "served"
+                    finished.append(row)
+            state.last_step_s = self._costs.step_s(len(state.rows), 0)
+            for row in finished:
+                state.rows.remove(row)
+                policy.finished(names[subject], row.queued, row.generated)
+            policy.report(names[subject], state.load())
+            start_rows(subject, now)
+            if not state.rows:
+                for index in range(len(states)):
+                    if not states[index].stepping:
+                        start_rows(index, now)
+        for outcome in _shed(policy, math.inf, outcomes):
+            outcome.status = "shed"
+        return [outcomes[r.request_id] for r in requests]
+
+
+def _shed(policy: AdmissionPolicy, now: float, outcomes: dict) -> list[SimOutcome]:
+    return [outcomes[request.request_id] for request in policy.shed(now)]
+
+
+def goodput(outcomes: Sequence[SimOutcome], ttft_sla_s: float, tpot_sla_s: float, span_s: float) -> float:
+    """Requests per second served with TTFT and per-token time within the SLA."""
+    met = 0
+    for o in outcomes:
+        if o.status != "served" or o.ttft_s is None or o.e2e_s is None:
+            continue
+        tokens = o.request.output_tokens
+        tpot = (o.e2e_s - o.ttft_s) / (tokens - 1) if tokens > 1 else 0.0
+        if o.ttft_s <= ttft_sla_s and tpot <= tpot_sla_s:
+            met += 1
+    return met / span_s

@@ -1,0 +1,185 @@
+"""The admission policy on a virtual clock: order, bounds, shedding, b_mem and b_SLA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbatch.scheduling import QueuedRequest
+from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy, QueueFullError
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.simulate.continuous import (
+    ContinuousSimulator,
+    SimInstance,
+    SimRequest,
+    StepCosts,
+    goodput,
+)
+
+ROOMY = InstanceLoad(blocks_total=1000, blocks_free=1000, block_size=16, max_rows=64)
+
+
+def request(key, arrival=0.0, predicted=10, input_tokens=10, deadline=None):
+    return QueuedRequest(key, predicted, input_tokens, arrival, deadline)
+
+
+def policy(**overrides) -> AdmissionPolicy:
+    config = {"ttft_sla_s": 2.0, "tpot_sla_s": 0.1, "starvation_s": 10.0, "sla_aware": False, **overrides}
+    admission = AdmissionPolicy(AdmissionConfig(**config))
+    admission.add_instance("a", ROOMY)
+    return admission
+
+
+def test_least_slack_first_puts_a_lost_prompt_behind_those_that_can_still_make_it():
+    admission = policy(max_rows=1)
+    admission.submit(request("old", arrival=0.0))
+    admission.submit(request("fresh", arrival=2.5))
+    # at t=3 "old" has waited past its 2 s TTFT bound: it cannot meet its SLA any more
+    assert [r.request_id for r in admission.admit("a", 3.0)] == ["fresh"]
+
+
+def test_least_slack_first_serves_the_earlier_deadline_first():
+    admission = policy(max_rows=1)
+    admission.submit(request("later", arrival=0.5))
+    admission.submit(request("sooner", arrival=0.0))
+    assert [r.request_id for r in admission.admit("a", 1.0)] == ["sooner"]
+
+
+def test_a_prompt_that_waited_past_the_starvation_bound_goes_first():
+    admission = policy(max_rows=1, starvation_s=5.0)
+    admission.submit(request("starved", arrival=0.0))
+    admission.submit(request("fresh", arrival=5.5))
+    assert [r.request_id for r in admission.admit("a", 6.0)] == ["starved"]
+
+
+def test_fcfs_keeps_arrival_order():
+    admission = policy(order="fcfs", max_rows=1, memory_aware=False, shed_deadlines=False)
+    admission.submit(request("old", arrival=0.0))
+    admission.submit(request("fresh", arrival=2.5))
+    assert [r.request_id for r in admission.admit("a", 3.0)] == ["old"]
+
+
+def test_the_queue_bound_follows_the_estimated_capacity():
+    admission = policy(queue_limit=1000, queue_min=4, queue_seconds=2.0, max_rows=10)
+    admission.submit(request(0, predicted=20))
+    # 10 rows x 20 tokens x 0.1 s/token: one row takes 2 s, 5 rows/s, 2 s of queue = 10
+    assert admission.queue_bound() == 10
+    admission.report("a", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01, max_rows=64))
+    assert admission.queue_bound() == 100
+
+
+def test_the_queue_is_bounded_and_refuses_at_once():
+    admission = policy(queue_limit=2, queue_min=1)
+    admission.submit(request(1))
+    admission.submit(request(2))
+    with pytest.raises(QueueFullError, match="overloaded"):
+        admission.submit(request(3))
+    assert admission.queued == 2
+
+
+def test_a_deadline_that_cannot_be_met_is_shed_early_and_a_meetable_one_kept():
+    admission = policy()
+    # 100 predicted tokens at the 0.1 s/token estimate take 10 s: 5 s left is not enough
+    admission.submit(request("hopeless", predicted=100, deadline=5.0))
+    admission.submit(request("fine", predicted=10, deadline=5.0))
+    assert [r.request_id for r in admission.shed(0.0)] == ["hopeless"]
+    assert admission.queued == 1
+    assert [r.request_id for r in admission.shed(5.0)] == ["fine"]  # its deadline passed
+
+
+def test_b_mem_admits_what_fits_in_the_real_free_blocks_and_skips_to_a_shorter_prompt():
+    admission = policy()
+    admission.report("a", InstanceLoad(blocks_total=10, blocks_free=10, block_size=16, max_rows=64))
+    admission.submit(request("long", arrival=0.0, predicted=150, input_tokens=20))  # 170 > 160 tokens
+    admission.submit(request("short", arrival=0.1, predicted=40, input_tokens=20))
+    assert [r.request_id for r in admission.admit("a", 0.2)] == ["short"]
+
+
+def test_b_mem_counts_what_running_rows_will_still_grow_into():
+    admission = policy()
+    admission.report("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16, max_rows=64))
+    admission.submit(request("first", predicted=200, input_tokens=20))
+    assert len(admission.admit("a", 0.0)) == 1
+    # the instance now holds 2 blocks for it, but the row will grow to 220 tokens
+    admission.report("a", InstanceLoad(running=1, blocks_total=20, blocks_free=18, block_size=16, max_rows=64))
+    admission.submit(request("second", arrival=0.1, predicted=200, input_tokens=20))
+    assert admission.admit("a", 0.2) == []
+    admission.finished("a", request("first", predicted=200, input_tokens=20), 200)
+    admission.report("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16, max_rows=64))
+    assert [r.request_id for r in admission.admit("a", 0.3)] == ["second"]
+
+
+def test_fcfs_does_not_let_a_shorter_prompt_overtake_a_head_that_does_not_fit():
+    admission = policy(order="fcfs", memory_aware=False)
+    admission.report("a", InstanceLoad(blocks_total=2, blocks_free=2, block_size=16, max_rows=64))
+    admission.submit(request("big", input_tokens=100))
+    admission.submit(request("small", input_tokens=5))
+    assert admission.admit("a", 0.0) == []
+
+
+def test_b_sla_shrinks_the_rows_an_instance_may_run_when_tokens_come_too_slowly():
+    admission = policy(sla_aware=True, max_rows=32)
+    before, _ = admission.capacity("a")
+    for _ in range(6):
+        admission.report("a", InstanceLoad(running=16, blocks_total=1000, blocks_free=900, seconds_per_token=0.3))
+    after, b_sla = admission.capacity("a")
+    assert after < before
+    assert after == b_sla < 16
+
+
+def test_an_instance_that_is_removed_hands_back_the_keys_it_was_running():
+    admission = policy()
+    admission.submit(request("x"))
+    admission.admit("a", 0.0)
+    assert admission.remove_instance("a") == ["x"]
+
+
+def _workload(rate: float, seconds: float, seed: int = 0) -> list[SimRequest]:
+    rng = np.random.default_rng(seed)
+    times = np.cumsum(rng.exponential(1.0 / rate, int(rate * seconds)))
+    lengths = rng.integers(8, 120, len(times))
+    return [
+        SimRequest(i, float(t), 30, int(n), float(n) * float(rng.uniform(0.8, 1.25)))
+        for i, (t, n) in enumerate(zip(times, lengths, strict=True))
+    ]
+
+
+def _simulate(order: str, requests: list[SimRequest]):
+    smart = order != "fcfs"
+    config = AdmissionConfig(
+        order=order,
+        queue_limit=64 if smart else 100_000,
+        ttft_sla_s=1.0,
+        tpot_sla_s=0.1,
+        max_rows=32,
+        memory_aware=smart,
+        sla_aware=smart,
+        shed_deadlines=smart,
+    )
+    simulator = ContinuousSimulator(
+        lambda: AdmissionPolicy(config),
+        [SimInstance(kv_tokens=4096, max_rows=32)] * 2,
+        StepCosts(base_s=0.02, per_row_s=0.004),
+    )
+    return simulator.run(requests)
+
+
+def test_the_simulator_answers_every_request_once():
+    outcomes = _simulate("least_slack", _workload(rate=10, seconds=20))
+    assert {o.status for o in outcomes} <= {"served", "rejected", "shed"}
+    served = [o for o in outcomes if o.status == "served"]
+    assert all(o.done_s >= o.first_token_s >= o.request.arrival_s for o in served)
+
+
+def test_below_capacity_least_slack_and_fcfs_serve_the_same():
+    requests = _workload(rate=4, seconds=30)  # the simulated pair serves about 6.5 per second
+    assert goodput(_simulate("least_slack", requests), 1.0, 0.1, 30) == pytest.approx(
+        goodput(_simulate("fcfs", requests), 1.0, 0.1, 30), rel=0.05
+    )
+
+
+def test_under_overload_least_slack_admission_serves_more_within_the_sla_than_fcfs():
+    requests = _workload(rate=8, seconds=30)
+    smart = goodput(_simulate("least_slack", requests), 1.0, 0.1, 30)
+    fcfs = goodput(_simulate("fcfs", requests), 1.0, 0.1, 30)
+    assert smart > 1.5 * fcfs
