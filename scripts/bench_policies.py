@@ -1,18 +1,24 @@
-"""Scheduler policies against Triton's own batcher, on a real tritonserver, same workload.
+"""Admission policies against Triton's own batcher, on a real tritonserver, same arrivals.
 
-Three set-ups serve the same open-loop Poisson stream of mixed-length infobench
+Three set-ups serve the same open-loop Poisson streams of mixed-length infobench
 prompts (same prompts, same max_tokens, same arrival times):
 
-  (a) multi_bin_dynamic   the specbatch ensemble with its scheduler as configured (cpu config)
-  (b) fifo_static         the same ensemble, scheduler forced to one bin and a fixed batch size
-  (c) triton_batching     qwen3_specdec called directly, batched by Triton's dynamic_batching
-                          (configs/cpu_triton_batching.pbtxt), no custom scheduler
+  (a) least_slack      the specbatch ensemble: its scheduler admits per instance
+                       (bins, least slack first, min(b_mem, b_SLA), bounded queue)
+                       over continuous-batching instances
+  (b) fcfs             the same instances, admission first-come first-served with no
+                       bins, no SLA cap and no queue bound (what vLLM does)
+  (c) triton_batching  qwen3_specdec called directly, static batches formed by Triton's
+                       dynamic_batching (configs/cpu_triton_batching.pbtxt)
 
-Each request is held to an end-to-end SLA that scales with its length,
-e2e <= sla_base_s + sla_per_token_s * max_tokens; goodput counts the requests that met
-it per second. Prints a table, writes JSON and a PNG.
+The capacity of (c) is measured first (a saturating burst); every set-up then runs at
+0.8x, 1.0x and 1.2x of it. A request meets its SLA when its first token comes within
+--sla-ttft-s and it ends within --sla-base-s + --sla-per-token-s x max_tokens; (a) and
+(b) stream (first token = first delta), (c) cannot (first token = its answer). Also
+reported: CPU seconds per request spent in the router and scheduler processes.
+Prints a table, writes JSON and a PNG.
 
-    .venv/bin/python scripts/bench_policies.py --rate 16 --duration 40 --out results/bench_policies.json
+    .venv/bin/python scripts/bench_policies.py --duration 40 --out results/bench_policies.json
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -58,11 +64,11 @@ class Setup:
 
 
 SETUPS = (
-    Setup("multi_bin_dynamic", "(a) multi-bin + dynamic", {}),
+    Setup("least_slack", "(a) specbatch admission", {}),
     Setup(
-        "fifo_static",
-        "(b) k = 1, fixed B = 8",
-        {"env": {"SPECBATCH_NUM_BINS": "1", "SPECBATCH_FIXED_BATCH_SIZE": "8"}},
+        "fcfs",
+        "(b) first-come first-served",
+        {"env": {"SPECBATCH_ADMISSION": "fcfs", "SPECBATCH_QUEUE_LIMIT": "1000000"}},
     ),
     Setup(
         "triton_batching",
@@ -70,6 +76,7 @@ SETUPS = (
         {"only_model": "qwen3_specdec", "config_name": "cpu_triton_batching"},
     ),
 )
+LOADS = (0.8, 1.0, 1.2)
 
 
 def build_workload(rate: float, duration_s: float, seed: int, short_share: float) -> list[Arrival]:
@@ -108,17 +115,20 @@ def request_inputs(grpcclient, setup: Setup, arrival: Arrival) -> tuple[str, lis
         tensor("text_input", np.array([[arrival.prompt.encode()]], dtype=np.object_), "BYTES"),
         tensor("max_tokens", np.array([[arrival.max_tokens]], dtype=np.int32), "INT32"),
         tensor("task_override", np.array([[b"infobench"]], dtype=np.object_), "BYTES"),
+        tensor("stream", np.array([[True]]), "BOOL"),
     ]
 
 
 def drive(url: str, setup: Setup, arrivals: list[Arrival], timeout_s: float) -> list[dict]:
-    """Send every arrival on time over one gRPC stream; one record per request."""
+    """Send every arrival on time over one gRPC stream; one record per request, from its
+    first response (first token) and its final one."""
     import tritonclient.grpc as grpcclient
 
     replies: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: replies.put((time.monotonic(), result, error)))
     sent: dict[str, float] = {}
+    first: dict[str, float] = {}
     start = time.monotonic()
 
     def sender() -> None:
@@ -136,21 +146,26 @@ def drive(url: str, setup: Setup, arrivals: list[Arrival], timeout_s: float) -> 
     deadline = start + arrivals[-1].at_s + timeout_s
     while len(records) < len(arrivals) and time.monotonic() < deadline:
         try:
-            done_at, result, error = replies.get(timeout=1.0)
+            at, result, error = replies.get(timeout=1.0)
         except queue.Empty:
             continue
         if error is not None:
             records.append({"id": None, "error": str(error)})
             continue
         response = result.get_response()
-        index = int(response.id)
-        tokens = int(result.as_numpy("num_output_tokens").reshape(-1)[0])
+        final = "triton_final_response" not in response.parameters or (
+            response.parameters["triton_final_response"].bool_param
+        )
+        first.setdefault(response.id, at)
+        if not final:
+            continue
         records.append(
             {
-                "id": index,
-                "e2e_s": done_at - sent[response.id],
-                "output_tokens": tokens,
-                "done_s": done_at - start,
+                "id": int(response.id),
+                "ttft_s": first[response.id] - sent[response.id],
+                "e2e_s": at - sent[response.id],
+                "output_tokens": int(result.as_numpy("num_output_tokens").reshape(-1)[0]),
+                "done_s": at - start,
                 "error": "",
             }
         )
@@ -165,30 +180,44 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarise(
-    setup: Setup, arrivals: list[Arrival], records: list[dict], base_s: float, per_token_s: float
+    setup: Setup, rate: float, arrivals: list[Arrival], records: list[dict], args: argparse.Namespace
 ) -> dict:
     served = [r for r in records if r["id"] is not None]
-    window = max(r["done_s"] for r in served) if served else float("nan")
-    met = [r for r in served if r["e2e_s"] <= base_s + per_token_s * arrivals[r["id"]].max_tokens]
-    e2e = [r["e2e_s"] for r in served]
+    span = max([arrivals[-1].at_s] + [r["done_s"] for r in served])
+    met = [
+        r
+        for r in served
+        if r["ttft_s"] <= args.sla_ttft_s
+        and r["e2e_s"] <= args.sla_base_s + args.sla_per_token_s * arrivals[r["id"]].max_tokens
+    ]
     return {
-        "policy": setup.name,
+        "setup": setup.name,
         "label": setup.label,
+        "rate": rate,
         "offered": len(arrivals),
         "completed": len(served),
         "errors": len(records) - len(served),
         "lost": len(arrivals) - len(records),
-        "throughput_rps": len(served) / window,
-        "goodput_rps": len(met) / window,
-        "tokens_per_s": sum(r["output_tokens"] for r in served) / window,
+        "throughput_rps": len(served) / span,
+        "goodput_rps": len(met) / span,
         "sla_met": len(met) / len(arrivals),
-        "p50_e2e_s": percentile(e2e, 50),
-        "p95_e2e_s": percentile(e2e, 95),
-        "p99_e2e_s": percentile(e2e, 99),
+        "ttft_p95_s": percentile([r["ttft_s"] for r in served], 95),
+        "e2e_p99_s": percentile([r["e2e_s"] for r in served], 99),
     }
 
 
-def run_setup(setup: Setup, arrivals: list[Arrival], args: argparse.Namespace) -> dict:
+def cpu_seconds(process: TritonProcess, prefixes: tuple[str, ...] = ("router_", "scheduler_")) -> float:
+    """User + system CPU seconds so far of the server's router and scheduler processes."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for name, pid in process.stub_pids().items():
+        if name.startswith(prefixes):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def start_server(setup: Setup, name: str) -> TritonProcess:
     options = ServerOptions(
         root=ROOT,
         host="127.0.0.1",
@@ -199,30 +228,62 @@ def run_setup(setup: Setup, arrivals: list[Arrival], args: argparse.Namespace) -
         only_model=setup.options.get("only_model"),
     )
     process = TritonProcess(options)
-    log = Path(tempfile.mkdtemp(prefix="bench_policies_")) / f"{setup.name}.log"
-    process.start(log)
+    process.start(Path(tempfile.mkdtemp(prefix="bench_policies_")) / f"{name}.log")
+    process.wait_ready(300)
+    return process
+
+
+def run_setup(setup: Setup, rate: float, arrivals: list[Arrival], args: argparse.Namespace) -> dict:
+    process = start_server(setup, f"{setup.name}-{rate:.1f}")
     try:
-        process.wait_ready(300)
         drive(process.grpc_url, setup, arrivals[: min(4, len(arrivals))], timeout_s=120)
-        logger.info("%s: warm; sending %d requests over %.0f s", setup.name, len(arrivals), args.duration)
+        logger.info(
+            "%s at %.1f/s: warm; %d requests over %.0f s", setup.name, rate, len(arrivals), args.duration
+        )
+        cpu_before = cpu_seconds(process)
         records = drive(process.grpc_url, setup, arrivals, timeout_s=args.drain)
+        cpu = cpu_seconds(process) - cpu_before
     finally:
         process.stop()
-    return summarise(setup, arrivals, records, args.sla_base_s, args.sla_per_token_s)
+    row = summarise(setup, rate, arrivals, records, args)
+    row["router_scheduler_cpu_s_per_request"] = (
+        cpu / len(arrivals) if setup.name != "triton_batching" else None
+    )
+    return row
 
 
-def table(rows: list[dict], reference: dict) -> str:
+def measure_capacity(args: argparse.Namespace) -> float:
+    """Requests per second (c) completes when all of a burst arrive at once."""
+    setup = next(s for s in SETUPS if s.name == "triton_batching")
+    burst = [
+        Arrival(0.0, a.prompt, a.max_tokens)
+        for a in build_workload(100.0, args.capacity_requests / 100.0, args.seed + 1, args.short_share)
+    ]
+    process = start_server(setup, "capacity")
+    try:
+        drive(process.grpc_url, setup, burst[:4], timeout_s=120)
+        records = drive(process.grpc_url, setup, burst, timeout_s=args.drain)
+    finally:
+        process.stop()
+    served = [r for r in records if r["id"] is not None]
+    return len(served) / max(r["done_s"] for r in served)
+
+
+def table(rows: list[dict]) -> str:
     lines = [
-        "| set-up | completed | throughput req/s | goodput req/s | goodput vs (c) | tokens/s | SLA met "
-        "| p50 e2e s | p95 e2e s | p99 e2e s |",
+        "| load | set-up | completed | throughput req/s | goodput req/s | goodput vs (c) | SLA met "
+        "| TTFT p95 s | e2e p99 s | router+scheduler CPU ms/req |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ratio = r["goodput_rps"] / reference["goodput_rps"]
+        reference = next(x for x in rows if x["rate"] == r["rate"] and x["setup"] == "triton_batching")
+        ratio = r["goodput_rps"] / reference["goodput_rps"] if reference["goodput_rps"] else float("inf")
+        cpu = r["router_scheduler_cpu_s_per_request"]
+        cpu_ms = "—" if cpu is None else f"{cpu * 1000:.1f}"
         lines.append(
-            f"| {r['label']} | {r['completed']}/{r['offered']} | {r['throughput_rps']:.2f} "
-            f"| {r['goodput_rps']:.2f} | ×{ratio:.2f} | {r['tokens_per_s']:.0f} | {r['sla_met']:.0%} "
-            f"| {r['p50_e2e_s']:.2f} | {r['p95_e2e_s']:.2f} | {r['p99_e2e_s']:.2f} |"
+            f"| {r['load']:.1f}× ({r['rate']:.1f}/s) | {r['label']} | {r['completed']}/{r['offered']} "
+            f"| {r['throughput_rps']:.2f} | {r['goodput_rps']:.2f} | ×{ratio:.2f} | {r['sla_met']:.0%} "
+            f"| {r['ttft_p95_s']:.2f} | {r['e2e_p99_s']:.2f} | {cpu_ms} |"
         )
     return "\n".join(lines)
 
@@ -233,19 +294,20 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [r["label"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    x = np.arange(len(rows))
-    left.bar(x - 0.2, [r["throughput_rps"] for r in rows], 0.4, label="throughput")
-    left.bar(x + 0.2, [r["goodput_rps"] for r in rows], 0.4, label="goodput (SLA met)")
-    left.set_xticks(x, labels, fontsize=8)
-    left.set_ylabel("requests / s")
+    for setup in SETUPS:
+        mine = [r for r in rows if r["setup"] == setup.name]
+        if not mine:
+            continue
+        loads = [r["load"] for r in mine]
+        left.plot(loads, [r["goodput_rps"] for r in mine], marker="o", label=setup.label)
+        right.plot(loads, [r["ttft_p95_s"] for r in mine], marker="o", label=setup.label)
+    left.set_xlabel("offered load (× capacity of (c))")
+    left.set_ylabel("goodput (requests/s within SLA)")
+    right.set_xlabel("offered load (× capacity of (c))")
+    right.set_ylabel("TTFT p95 (s)")
+    right.set_yscale("log")
     left.legend()
-    for offset, key in ((-0.25, "p50_e2e_s"), (0.0, "p95_e2e_s"), (0.25, "p99_e2e_s")):
-        right.bar(x + offset, [r[key] for r in rows], 0.25, label=key.split("_")[0])
-    right.set_xticks(x, labels, fontsize=8)
-    right.set_ylabel("end-to-end latency (s)")
-    right.legend()
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,11 +318,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rate", type=float, default=16.0, help="offered load, requests/s")
-    parser.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals")
+    parser.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals per run")
+    parser.add_argument("--capacity", type=float, help="capacity of (c) in requests/s (measured if left out)")
+    parser.add_argument("--capacity-requests", type=int, default=120, help="burst size of the capacity run")
+    parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS))
     parser.add_argument("--drain", type=float, default=180.0, help="seconds to wait for stragglers")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--short-share", type=float, default=0.6, help="share of 8–32-token requests")
+    parser.add_argument("--sla-ttft-s", type=float, default=2.0)
     parser.add_argument("--sla-base-s", type=float, default=0.5)
     parser.add_argument("--sla-per-token-s", type=float, default=0.01)
     parser.add_argument("--only", choices=[s.name for s in SETUPS], action="append")
@@ -270,26 +335,27 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     ensure_tiny_models(ROOT)
-    arrivals = build_workload(args.rate, args.duration, args.seed, args.short_share)
-    setups = [s for s in SETUPS if not args.only or s.name in args.only]
+    capacity = args.capacity or measure_capacity(args)
+    logger.info("capacity of (c): %.2f requests/s", capacity)
+    setups = [s for s in SETUPS if not args.only or s.name in args.only or s.name == "triton_batching"]
+    runs = [(load, setup) for load in args.loads for setup in setups]
     rows = []
-    for number, setup in enumerate(setups, 1):
-        logger.info("[%d/%d] %s", number, len(setups), setup.label)
-        rows.append(run_setup(setup, arrivals, args))
-    reference = next((r for r in rows if r["policy"] == "triton_batching"), rows[-1])
-    print(table(rows, reference))
+    for number, (load, setup) in enumerate(runs, 1):
+        rate = load * capacity
+        logger.info("[%d/%d] %s at %.1f× (%.2f/s)", number, len(runs), setup.label, load, rate)
+        arrivals = build_workload(rate, args.duration, args.seed, args.short_share)
+        rows.append(run_setup(setup, rate, arrivals, args) | {"load": load})
+    print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
-            {
-                "config": {k: str(v) for k, v in vars(args).items()},
-                "arrivals": [asdict(a) | {"prompt": a.prompt[:60]} for a in arrivals[:5]],
-                "rows": rows,
-            },
+            {"config": {k: str(v) for k, v in vars(args).items()}, "capacity_rps": capacity, "rows": rows},
             indent=2,
         )
     )
-    plot(rows, args.plot, f"{len(arrivals)} requests, Poisson {args.rate}/s, mixed lengths, same arrivals")
+    plot(
+        rows, args.plot, f"Poisson arrivals at 0.8–1.2× the capacity of (c) ({capacity:.1f}/s), same prompts"
+    )
     return 0
 
 

@@ -50,6 +50,7 @@ class Answer:
     total_accepted_draft_tokens: int
     acceptance_rate: float
     error: str = ""
+    model_instance: str = ""  # the qwen3_specdec instance that ran it ("" when none did)
 
 
 def _as_list(value: object) -> list:
@@ -67,6 +68,7 @@ def answers_from_columns(columns: dict[str, list]) -> list[Answer]:
     tasks, reasons, errors = column("task", ""), column("finish_reason", ""), column("error", "")
     rates = column("acceptance_rate", 0.0)
     counters = {name: column(name, 0) for name in _COUNTERS}
+    instances = column("model_instance", "")
     return [
         Answer(
             text=texts[i],
@@ -74,6 +76,7 @@ def answers_from_columns(columns: dict[str, list]) -> list[Answer]:
             finish_reason=reasons[i],
             error=errors[i],
             acceptance_rate=float(rates[i]),
+            model_instance=instances[i],
             **{name: int(counters[name][i]) for name in _COUNTERS},
         )
         for i in range(count)

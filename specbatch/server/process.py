@@ -127,6 +127,24 @@ class TritonProcess:
         if output:
             output.close()
 
+    def stub_pids(self) -> dict[str, int]:
+        """{model instance name: pid} of the server's Python backend stub processes (one per
+        instance, each a child of tritonserver naming its instance on its command line)."""
+        if self.process is None:
+            return {}
+        stubs = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent == self.process.pid and len(argv) > 8 and b"python_backend_stub" in argv[0]:
+                stubs[argv[8].decode(errors="replace")] = int(entry.name)
+        return stubs
+
     def wait_ready(self, timeout_s: float = 300.0) -> None:
         """Block until /v2/health/ready answers 200; raise with the log tail if it never does."""
         deadline = time.monotonic() + timeout_s

@@ -39,6 +39,19 @@ class SchedulerMetrics(SchedulerEvents):
         m = self._m
         for outcome, timing in zip(outcomes, timings, strict=True):
             task = outcome.task or "none"
+            if outcome.instance and outcome.total_draft_tokens:
+                m.increment(
+                    "specbatch_draft_tokens_total",
+                    "Draft tokens proposed",
+                    outcome.total_draft_tokens,
+                    instance=outcome.instance,
+                )
+                m.increment(
+                    "specbatch_accepted_draft_tokens_total",
+                    "Draft tokens accepted",
+                    outcome.total_accepted_draft_tokens,
+                    instance=outcome.instance,
+                )
             m.increment(
                 "specbatch_prompts_total",
                 "Prompts answered per task and finish reason",

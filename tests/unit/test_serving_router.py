@@ -1,8 +1,9 @@
-"""The router stage: per-prompt routes and errors, the draft fallback, observed lengths."""
+"""The router stage: per-prompt routes and errors, ambiguous prompts passed on, length priors."""
 
 from specbatch.routing import LengthPredictor
-from specbatch.serving.fallback import draft_fallback, parse_task
-from specbatch.serving.router import PromptRouter
+from specbatch.serving.router.routing import PromptRouter
+from specbatch.serving.scheduler.tasks import parse_task
+from specbatch.serving.wire import AMBIGUOUS
 
 GRAPH = (
     "You are given a directed graph with 2 nodes (numbered 0 to 1) and the following edges:\n"
@@ -11,7 +12,7 @@ GRAPH = (
 )
 MMLU = "Question:\nWhich organ produces insulin?\n\nChoices:\nA. Liver\nB. Pancreas\nC. Kidney"
 # Lettered options with nothing asking to choose or to do anything else ("Rank these" asks to rank).
-AMBIGUOUS = "Here are my options:\nA. speed\nB. cost"
+UNPLACED = "Here are my options:\nA. speed\nB. cost"
 
 
 def test_routes_each_prompt_and_keeps_errors_in_place():
@@ -27,23 +28,18 @@ def test_overrides_win_and_unknown_overrides_fail_alone():
     assert "unknown task override" in routes[2].error
 
 
-def test_draft_fallback_decides_only_the_ambiguous():
-    asked: list[str] = []
-
-    def draft(prompt: str) -> str:
-        asked.append(prompt)
-        return " mmlu, because it lists options"
-
-    router = PromptRouter(fallback=draft_fallback(draft))
-    routes = router.route([AMBIGUOUS, GRAPH])
-    assert [r.task for r in routes] == ["mmlu", "graph"]
-    assert len(asked) == 1 and AMBIGUOUS in asked[0]
+def test_a_prompt_structure_cannot_place_is_passed_on_as_ambiguous():
+    routes = PromptRouter().route([UNPLACED, GRAPH])
+    assert [r.task for r in routes] == [AMBIGUOUS, "graph"]
+    assert routes[0].predicted_tokens > 0 and routes[0].error == ""
+    assert PromptRouter().route([UNPLACED], [b"mmlu"])[0].task == "mmlu", "an override places it"
 
 
 def test_parse_task_reads_the_first_task_word():
     assert parse_task("Graph.") == "graph"
     assert parse_task("it is infobench or mmlu") == "infobench"
     assert parse_task("no idea") is None
+    assert parse_task("mmlus") is None, "whole words only"
 
 
 def test_observed_lengths_move_the_prediction():
@@ -52,5 +48,5 @@ def test_observed_lengths_move_the_prediction():
     prompt = "Write a detailed essay about the history of medicine."
     before = router.route([prompt])[0].predicted_tokens
     for _ in range(50):
-        router.observe([prompt], ["infobench"], [before * 4])
+        predictor.observe(prompt, "infobench", before * 4)
     assert router.route([prompt])[0].predicted_tokens > before

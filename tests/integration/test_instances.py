@@ -1,0 +1,125 @@
+"""Addressed instances on a real tritonserver: who ran a prompt, overload, and an instance
+killed outright under load.
+
+Its own server: two rows per instance and a queue of four make overload easy to reach,
+and one of its instances is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import INFOBENCH_PROMPT, GrpcStream
+from specbatch_client import GenerationOptions, ServerError, SpecbatchClient
+
+from specbatch.server.process import Ports, ServerOptions, TritonProcess
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG = GenerationOptions(max_tokens=160, temperature=0.0)
+INSTANCES = {"qwen3_specdec_0_0", "qwen3_specdec_0_1"}
+
+
+@pytest.fixture(scope="module")
+def small_server(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
+    options = ServerOptions(
+        root=ROOT,
+        config_name="cpu",
+        ports=Ports.free(),
+        host="127.0.0.1",
+        exit_timeout_s=10,
+        env={
+            "SPECBATCH_BATCH_SIZE_MAX": "2",
+            "SPECBATCH_QUEUE_LIMIT": "4",
+            "SPECBATCH_QUEUE_MIN": "4",
+            "SPECBATCH_MAX_TOKENS_CAP": "512",
+        },
+    )
+    process = TritonProcess(options)
+    log = tmp_path_factory.mktemp("triton-instances") / "server.log"
+    process.start(log)
+    try:
+        process.wait_ready(timeout_s=300)
+        yield process
+    finally:
+        process.stop()
+        print(f"tritonserver log: {log}")
+
+
+def generate(server: TritonProcess, prompt: str = INFOBENCH_PROMPT, options: GenerationOptions = LONG):
+    """(answer, None) or (None, the server's refusal)."""
+    try:
+        return SpecbatchClient(server.http_url).generate([prompt], options)[0], None
+    except ServerError as exc:
+        return None, str(exc)
+
+
+def test_every_answer_names_its_instance_and_both_instances_serve(small_server):
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: generate(small_server), range(4)))
+    answers = [answer for answer, error in results if error is None]
+    assert len(answers) == 4, results
+    assert {a.model_instance for a in answers} == INSTANCES
+
+
+def test_over_the_queue_bound_requests_are_refused_at_once_and_admitted_ones_complete(small_server):
+    # 2 instances x 2 rows run, 4 wait: of 14 sent at once, at least 6 are refused
+    with ThreadPoolExecutor(14) as pool:
+        results = list(pool.map(lambda _: generate(small_server), range(14)))
+    refused = [error for answer, error in results if error is not None]
+    served = [answer for answer, error in results if error is None]
+    assert len(refused) >= 6
+    assert all("overloaded" in error for error in refused)
+    assert len(served) == 14 - len(refused)
+    assert all(a.error == "" and a.num_output_tokens > 0 for a in served)
+
+
+def test_an_instance_killed_under_load_loses_no_request_and_gets_no_new_work(small_server):
+    victim = "qwen3_specdec_0_1"
+    stream = GrpcStream(small_server.grpc_url)
+    streamed_text = threading.Event()
+    try:
+        # one streaming request: once its text has reached the client it cannot be re-run
+        stream.send(
+            "streamed",
+            {
+                "text_input": np.array([INFOBENCH_PROMPT.encode()], dtype=np.object_),
+                "max_tokens": np.array([400], dtype=np.int32),
+                "stream": np.array([True]),
+            },
+        )
+        with ThreadPoolExecutor(3) as pool:
+            running = [pool.submit(generate, small_server) for _ in range(3)]
+            responses = []
+            while not streamed_text.is_set():
+                _, outputs, final, error = stream.next()
+                responses.append((outputs, final, error))
+                if outputs.get("text_output", [""])[0]:
+                    streamed_text.set()
+            os.kill(small_server.stub_pids()[victim], signal.SIGKILL)
+            results = [future.result(timeout=300) for future in running]
+        while not responses[-1][1]:
+            _, outputs, final, error = stream.next()
+            responses.append((outputs, final, error))
+    finally:
+        stream.close()
+
+    # the non-streamed prompts were re-run where needed: every one is answered, none lost
+    assert all(error is None and answer.error == "" for answer, error in results), results
+    outputs, final, error = responses[-1]
+    if error is not None:
+        assert victim in error
+    else:
+        assert outputs["model_instance"] == ["qwen3_specdec_0_0"]
+    # after the kill, only the surviving instance is given work
+    after = [generate(small_server, options=GenerationOptions(max_tokens=8)) for _ in range(4)]
+    assert all(error is None for _, error in after), after
+    assert {answer.model_instance for answer, _ in after} == {"qwen3_specdec_0_0"}

@@ -1,0 +1,266 @@
+"""The serving path without Triton: the tiny pair on real engines, instance runners, and a
+scheduler core on an asyncio loop with those runners behind fake connections.
+
+Every message between the core and a runner goes through the wire's encoding and back,
+so the tests see exactly what crosses the socket in the server. The pair is loaded in
+float64 (speculative and plain decoding then agree token for token, see
+decoding_fixtures) with EOS disabled, so every generated row runs to its budget and a
+row asked for many tokens is still running when a test cancels or loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specbatch.decoding import Engine, ModelPair, load_model_pair
+from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.serving.instance.runner import InstanceRunner
+from specbatch.serving.params import ServingLimits
+from specbatch.serving.scheduler.core import CoreSettings, SchedulerCore, SchedulerEvents
+from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
+from specbatch.serving.scheduler.setup import graph_solver
+from specbatch.serving.scheduler.tokens import load_token_counter
+from specbatch.serving.wire import (
+    RowOutcome,
+    decode,
+    encode,
+    load_from_dict,
+    load_to_dict,
+    outcome_from_dict,
+)
+
+WAIT_S = 120.0  # generous: the machine running the tests may be busy with other work
+LONG_ROW_TOKENS = 1500  # a row that is certainly still running when a test acts on it
+IDLE_LOAD = load_to_dict(InstanceLoad(blocks_total=256, blocks_free=256, block_size=16))
+
+
+@functools.cache
+def tiny_pair(directory: Path) -> ModelPair:
+    pair = load_model_pair(str(directory / "target"), str(directory / "draft"), device="cpu", dtype="float64")
+    pair.eos_token_ids.clear()
+    return pair
+
+
+def make_engine(pair: ModelPair) -> Engine:
+    """A small engine: fixed lookahead (no calibration), 256 KV blocks of 16 tokens."""
+    return Engine(pair, lookahead=2, kv_memory_budget_bytes=1 << 26)
+
+
+def over_the_wire(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as the other end of the socket reads it."""
+    return decode(encode(message)[4:])
+
+
+class Inbox:
+    """Collects a runner's messages (from any thread) and waits for a condition on them."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, message: dict[str, Any]) -> None:
+        with self._changed:
+            self.messages.append(over_the_wire(message))
+            self._changed.notify_all()
+
+    def wait_until(self, predicate: Callable[[], bool], what: str) -> None:
+        with self._changed:
+            assert self._changed.wait_for(predicate, WAIT_S), f"timed out waiting for {what}"
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        with self._changed:
+            return [m for m in self.messages if m["type"] == kind]
+
+    def done(self) -> dict[int, list[RowOutcome]]:
+        """Every done message's outcome, per row."""
+        outcomes: dict[int, list[RowOutcome]] = defaultdict(list)
+        for message in self.of_type("done"):
+            outcomes[message["row"]].append(outcome_from_dict(message["outcome"]))
+        return outcomes
+
+    def wait_done(self, rows: set[int]) -> dict[int, list[RowOutcome]]:
+        self.wait_until(lambda: rows <= {m["row"] for m in self.messages if m["type"] == "done"}, f"{rows}")
+        return self.done()
+
+    def wait_started(self, row: int) -> None:
+        self.wait_until(
+            lambda: any(row in m["first"] for m in self.messages if m["type"] == "step"), f"row {row} to start"
+        )
+
+    def deltas(self, row: int) -> list[str]:
+        return [text for m in self.of_type("step") for r, text in m["deltas"] if r == row]
+
+
+class Reply:
+    """A request's reply sink that records what the client would receive."""
+
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        self.deltas: dict[int, list[str]] = defaultdict(list)
+        self.delta_tasks: dict[int, set[str]] = defaultdict(set)
+        self.finals: list[list[RowOutcome]] = []
+        self.cancelled = False
+        self._on_change = on_change
+
+    def delta(self, index: int, task: str, text: str) -> None:
+        self.deltas[index].append(text)
+        self.delta_tasks[index].add(task)
+        self._on_change()
+
+    def final(self, outcomes: list[RowOutcome]) -> None:
+        self.finals.append(outcomes)
+        self._on_change()
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def streamed(self, index: int) -> str:
+        return "".join(self.deltas[index])
+
+
+class _Channel:
+    """The core's side of an instance's connection: messages go to the runner as read off
+    the socket. The runner starts rows on the caller's thread (the loop) without waiting
+    for them, as the link's reader thread does in the server."""
+
+    def __init__(self, cluster: Cluster, name: str, runner: InstanceRunner | None) -> None:
+        self._cluster = cluster
+        self._name = name
+        self._runner = runner
+
+    def send(self, message: dict[str, Any]) -> None:
+        message = over_the_wire(message)
+        self._cluster.received[self._name].append(message)
+        if self._runner is not None and self._name not in self._cluster.dead:
+            self._runner.handle(message)
+
+
+class Cluster:
+    """A SchedulerCore on the running asyncio loop, and instances joining and leaving it.
+
+    A runner reports from its engine's thread; as the hub does, every message is handled
+    on the loop (``call_soon_threadsafe``). A lost instance's later messages are dropped,
+    as a closed connection drops them.
+    """
+
+    def __init__(
+        self,
+        pair: ModelPair | None,
+        directory: Path,
+        *,
+        queue_limit: int = 256,
+        events: SchedulerEvents | None = None,
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.pair = pair
+        count_tokens, max_context, render_chat = load_token_counter(str(directory / "target"))
+        self.intake = RequestIntake(
+            ServingLimits(max_tokens_cap=2048, default_max_tokens=16),
+            count_tokens,
+            max_context,
+            time.monotonic,
+            render_chat,
+        )
+        self.core = SchedulerCore(
+            self.intake,
+            AdmissionPolicy(AdmissionConfig(queue_limit=queue_limit)),
+            graph_solver(WAIT_S),
+            settings=CoreSettings(generation_mode="speculative", fallback_tokens=4),
+            events=events,
+        )
+        self.runners: dict[str, InstanceRunner] = {}
+        self.received: dict[str, list[dict[str, Any]]] = defaultdict(list)  # core -> instance
+        self.reported: dict[str, list[dict[str, Any]]] = defaultdict(list)  # instance -> core
+        self.dead: set[str] = set()
+        self._muted: set[str] = set()
+        self._changed = asyncio.Event()
+
+    def join(self, name: str, *, dies_before_finishing: bool = False) -> InstanceRunner:
+        """Start an instance on its own engine; with ``dies_before_finishing`` its done
+        messages never reach the core (the process dies before it sends them)."""
+        runner = InstanceRunner(make_engine(self.pair), name, lambda m: self._from_instance(name, m))
+        self.runners[name] = runner
+        if dies_before_finishing:
+            self._muted.add(name)
+        hello = over_the_wire(runner.hello("cpu"))
+        self.core.instance_joined(name, load_from_dict(hello["load"]), _Channel(self, name, runner))
+        return runner
+
+    def join_scripted(self, name: str) -> None:
+        """An instance the test plays itself: the core's messages are only recorded, and the
+        test answers with ``self.core.instance_step/instance_done``."""
+        self.core.instance_joined(name, load_from_dict(IDLE_LOAD), _Channel(self, name, None))
+
+    def lose(self, name: str) -> None:
+        """The instance's process died: its connection closes and its rows go nowhere."""
+        self.dead.add(name)
+        self.core.instance_lost(name, "its connection closed")
+        self.runners[name].cancel_all()
+
+    def reply(self) -> Reply:
+        return Reply(self._changed.set)
+
+    def admit(self, request: RoutedRequest, reply: Reply | None = None) -> Reply:
+        reply = reply or self.reply()
+        self.core.admit(request, reply)
+        return reply
+
+    async def until(self, predicate: Callable[[], bool], what: str) -> None:
+        """Wait (on events, never by polling a clock) until ``predicate()`` holds."""
+        deadline = self.loop.time() + WAIT_S
+        while not predicate():
+            self._changed.clear()
+            remaining = deadline - self.loop.time()
+            assert remaining > 0, f"timed out waiting for {what}"
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                raise AssertionError(f"timed out waiting for {what}") from None
+
+    async def answer(self, reply: Reply) -> list[RowOutcome]:
+        await self.until(lambda: bool(reply.finals), "the request's final response")
+        return reply.finals[0]
+
+    def started(self, name: str, rows: int = 1) -> Callable[[], bool]:
+        """A predicate: instance ``name`` reported ``rows`` rows' first tokens."""
+        return lambda: sum(len(m["first"]) for m in self.reported[name] if m["type"] == "step") >= rows
+
+    def close(self) -> None:
+        for name, runner in self.runners.items():
+            self.dead.add(name)
+            runner.cancel_all()
+
+    def _from_instance(self, name: str, message: dict[str, Any]) -> None:
+        message = over_the_wire(message)
+        self.loop.call_soon_threadsafe(self._deliver, name, message)
+
+    def _deliver(self, name: str, message: dict[str, Any]) -> None:
+        if name in self.dead or (message["type"] == "done" and name in self._muted):
+            return
+        self.reported[name].append(message)
+        if message["type"] == "step":
+            self.core.instance_step(name, message)
+        elif message["type"] == "done":
+            outcome = outcome_from_dict(message["outcome"])
+            self.core.instance_done(name, int(message["row"]), outcome, message["load"])
+        self._changed.set()
+
+
+def run_cluster(pair: ModelPair | None, directory: Path, scenario: Callable, **options: Any) -> None:
+    """Run ``await scenario(cluster)`` on a fresh loop; every instance's rows end after."""
+
+    async def main() -> None:
+        cluster = Cluster(pair, directory, **options)
+        try:
+            await scenario(cluster)
+        finally:
+            cluster.close()
+
+    asyncio.run(main())
