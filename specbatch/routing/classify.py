@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import intent
-from .errors import GraphError, GraphLimitError, MMLUParseError, RoutingError
+from .errors import GraphError, GraphLimitError, MMLUParseError
 from .graph_parse import other_path_question, path_request, read_graph
 from .infobench import ends_with_generation_cue, has_instruction_marker
 from .mmlu import has_question_marker, mentions_multiple_choice, question_from_options
@@ -163,19 +163,6 @@ def classify(prompt: str, fallback: Fallback | None = None) -> str:
         logger.info("routing fallback answered %r, not one of %s; routing to %s",
                     answer, evidence.candidates, DEFAULT_TASK)
     return DEFAULT_TASK
-
-
-def resolve_task(prompt: str, task: str | None = None, fallback: Fallback | None = None) -> str:
-    """The task for a prompt: an explicit ``task`` input wins over classification.
-
-    Raises :class:`RoutingError` for an explicit task that is not one of :data:`TASKS`.
-    """
-    if task is not None and task.strip():
-        name = task.strip().lower()
-        if name not in TASKS:
-            raise RoutingError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
-        return name
-    return classify(prompt, fallback)
 
 
 def build_fallback_prompt(prompt: str, max_chars: int = 1500) -> str:

@@ -11,8 +11,6 @@ generation with a majority vote over extracted letters remains available.
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .errors import MMLUParseError
@@ -137,48 +135,3 @@ def format_mmlu_answer(label: str) -> str:
     if len(letter) != 1 or letter not in LETTERS:
         raise MMLUParseError(f"answer label must be one letter A-J, got {label!r}")
     return f"The answer is ({letter})"
-
-
-_ANSWER_LEAD = r"(?i:answer(?:\s+is)?\s*:?\s*(?:option\s+|choice\s+)?)"
-_EXPLICIT_ANSWER = re.compile(
-    _ANSWER_LEAD + r"(?:\*\*)?\(?\s*([A-J])\s*\)?(?:\*\*)?(?![A-Za-z0-9])|" + _ANSWER_LEAD + r"\(([a-j])\)"
-)
-_MARKED_LETTER = re.compile(r"\*\*\(?([A-J])\)?[.:)]?\*\*|\(([A-J])\)|\\boxed\{([A-J])\}")
-_LEADING_LETTER = re.compile(r"^\s*(?i:option\s+|choice\s+)?\(?([A-J])(?:[.:)]|\s*$|\s+-\s)")
-
-
-def extract_choice_letter(text: str, labels: Sequence[str]) -> str | None:
-    """The option letter a free-text answer commits to, or ``None`` when it names none.
-
-    In order of trust: the last explicit "answer is (C)" / "Answer: C"; a marked letter
-    such as ``**C**``, ``(C)`` or ``\\boxed{C}``; a reply that starts with the letter
-    (``C.``, ``C)``, ``C``). Only letters among ``labels`` count.
-    """
-    allowed = {label.upper() for label in labels}
-
-    def pick(groups: Iterable[str | None]) -> str | None:
-        for group in groups:
-            if group and group.upper() in allowed:
-                return group.upper()
-        return None
-
-    for match in reversed(list(_EXPLICIT_ANSWER.finditer(text))):
-        letter = pick(match.groups())
-        if letter:
-            return letter
-    for match in reversed(list(_MARKED_LETTER.finditer(text))):
-        letter = pick(match.groups())
-        if letter:
-            return letter
-    leading = _LEADING_LETTER.match(text)
-    return pick(leading.groups()) if leading else None
-
-
-def majority_vote(texts: Iterable[str], labels: Sequence[str]) -> str | None:
-    """The most frequent extracted letter over best-of-n generations; ties go to the first seen."""
-    votes = Counter(
-        letter for letter in (extract_choice_letter(text, labels) for text in texts) if letter is not None
-    )
-    if not votes:
-        return None
-    return votes.most_common(1)[0][0]

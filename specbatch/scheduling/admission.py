@@ -127,7 +127,8 @@ class AdmissionPolicy:
         limit = self.queue_bound()
         if len(self._queued) >= limit:
             raise QueueFullError(
-                f"the server is overloaded: {len(self._queued)} prompts are queued (limit {limit}); retry later"
+                f"the server is overloaded: {len(self._queued)} prompts are queued "
+                f"(limit {limit}); retry later"
             )
         self._bins.observe(request.predicted_tokens)
         self._predicted.add(request.predicted_tokens)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from serving_fixtures import WAIT_S, LONG_ROW_TOKENS, Inbox, make_engine, over_the_wire, tiny_pair
+from serving_fixtures import LONG_ROW_TOKENS, WAIT_S, Inbox, make_engine, over_the_wire, tiny_pair
 
 from specbatch.decoding import GenerationRequest
 from specbatch.routing import build_scoring_prompt, parse_mmlu, scoring_continuations

@@ -9,7 +9,6 @@ from specbatch.routing import (
     build_fallback_prompt,
     classify,
     generate_workload,
-    resolve_task,
     route_evidence,
 )
 
@@ -159,14 +158,6 @@ def test_readable_graph_without_a_shortest_path_request_is_infobench():
 def test_fallback_may_only_pick_a_task_whose_handler_reads_the_prompt():
     assert route_evidence(AMBIGUOUS).candidates == ("mmlu", "infobench")
     assert classify(AMBIGUOUS, fallback=lambda _: "graph") == "infobench"
-
-
-def test_explicit_task_overrides_and_is_validated():
-    assert resolve_task(GRAPH, task="infobench") == "infobench"
-    assert resolve_task(GRAPH, task=" MMLU ") == "mmlu"
-    assert resolve_task(GRAPH, task="") == "graph"
-    with pytest.raises(RoutingError, match="unknown task 'poetry'"):
-        resolve_task(GRAPH, task="poetry")
 
 
 def test_generated_mixed_workload_accuracy_is_at_least_99_5_percent():

@@ -7,9 +7,7 @@ import pytest
 from specbatch.routing import (
     MMLUQuestion,
     build_scoring_prompt,
-    extract_choice_letter,
     format_mmlu_answer,
-    majority_vote,
     parse_mmlu,
     scoring_continuations,
 )
@@ -121,31 +119,3 @@ def test_format_answer():
 
 
 LABELS = ["A", "B", "C", "D"]
-
-
-@pytest.mark.parametrize(
-    ("text", "letter"),
-    [
-        ("The answer is (C)", "C"),
-        ("Let me think. A is wrong, B is wrong. The answer is (D).", "D"),
-        ("C. Klebsiella pneumoniae", "C"),
-        ("**B**", "B"),
-        ("I would pick **B** because it fits best.", "B"),
-        ("Answer: A", "A"),
-        ("the answer is (b)", "B"),
-        ("B", "B"),
-        ("(A) is tempting, but the correct choice is (C).", "C"),
-        ("\\boxed{D}", "D"),
-        ("The answer is a tumour of the adrenal medulla.", None),
-        ("I am not sure.", None),
-        ("The answer is (E)", None),
-    ],
-)
-def test_extract_choice_letter(text: str, letter: str | None):
-    assert extract_choice_letter(text, LABELS) == letter
-
-
-def test_majority_vote():
-    assert majority_vote(["The answer is (B)", "B.", "The answer is (C)", "no idea"], LABELS) == "B"
-    assert majority_vote(["The answer is (C)", "The answer is (A)"], LABELS) == "C"
-    assert majority_vote(["no idea", ""], LABELS) is None

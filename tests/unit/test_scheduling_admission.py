@@ -64,7 +64,9 @@ def test_the_queue_bound_follows_the_estimated_capacity():
     admission.submit(request(0, predicted=20))
     # 10 rows x 20 tokens x 0.1 s/token: one row takes 2 s, 5 rows/s, 2 s of queue = 10
     assert admission.queue_bound() == 10
-    admission.report("a", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01, max_rows=64))
+    admission.report(
+        "a", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01, max_rows=64)
+    )
     assert admission.queue_bound() == 100
 
 
@@ -101,7 +103,9 @@ def test_b_mem_counts_what_running_rows_will_still_grow_into():
     admission.submit(request("first", predicted=200, input_tokens=20))
     assert len(admission.admit("a", 0.0)) == 1
     # the instance now holds 2 blocks for it, but the row will grow to 220 tokens
-    admission.report("a", InstanceLoad(running=1, blocks_total=20, blocks_free=18, block_size=16, max_rows=64))
+    admission.report(
+        "a", InstanceLoad(running=1, blocks_total=20, blocks_free=18, block_size=16, max_rows=64)
+    )
     admission.submit(request("second", arrival=0.1, predicted=200, input_tokens=20))
     assert admission.admit("a", 0.2) == []
     admission.finished("a", request("first", predicted=200, input_tokens=20), 200)
@@ -121,7 +125,9 @@ def test_b_sla_shrinks_the_rows_an_instance_may_run_when_tokens_come_too_slowly(
     admission = policy(sla_aware=True, max_rows=32)
     before, _ = admission.capacity("a")
     for _ in range(6):
-        admission.report("a", InstanceLoad(running=16, blocks_total=1000, blocks_free=900, seconds_per_token=0.3))
+        admission.report(
+            "a", InstanceLoad(running=16, blocks_total=1000, blocks_free=900, seconds_per_token=0.3)
+        )
     after, b_sla = admission.capacity("a")
     assert after < before
     assert after == b_sla < 16

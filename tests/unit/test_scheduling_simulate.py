@@ -22,8 +22,6 @@ from specbatch.scheduling.simulate import (
     StepArrivals,
     UniformLengths,
     Workload,
-    fit_service_model,
-    fit_step_times,
     make_workload,
     theoretical_multibin_throughput,
 )
@@ -179,14 +177,3 @@ def test_predictors() -> None:
     assert np.mean(moved == 0) == pytest.approx(0.5, abs=0.05)
 
 
-def test_service_model_fits_recover_the_coefficients() -> None:
-    truth = ServiceTimeModel(a0=0.3, a1=0.02, slope=0.05)
-    sizes = [1, 4, 8, 16, 32, 8]
-    lens = [100, 250, 80, 400, 300, 1000]
-    seconds = [truth.batch_seconds(b, n) for b, n in zip(sizes, lens, strict=True)]
-    fitted = fit_service_model(sizes, lens, seconds)
-    assert (fitted.a0, fitted.a1, fitted.slope) == pytest.approx((0.3, 0.02, 0.05))
-    steps = fit_step_times(sizes, [truth.step_seconds(b) for b in sizes], a0=0.3)
-    assert (steps.a1, steps.slope) == pytest.approx((0.02, 0.05))
-    with pytest.raises(SimulationConfigError):
-        fit_service_model([1], [1], [1])

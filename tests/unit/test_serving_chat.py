@@ -4,6 +4,7 @@ admission, the wire and the instance's rendering."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from transformers import AutoTokenizer
@@ -11,11 +12,12 @@ from transformers import AutoTokenizer
 from specbatch.decoding.tiny import build_tiny_pair, refresh_chat_template
 from specbatch.decoding.tokenizer_build import CHAT_TEMPLATE, build_tokenizer
 from specbatch.serving.chat import ChatFormat, model_prompt, parse_history, render_chat
-from specbatch.serving.intake import RequestIntake, RoutedRequest
+from specbatch.serving.instance.runner import InstanceRunner
 from specbatch.serving.params import PromptError, ServingLimits
-from specbatch.serving.protocol import work_arrays, work_from_arrays
-from specbatch.serving.tasks import SCORE
-from specbatch.serving.worker import BatchWorker, WorkItem
+from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
+from specbatch.serving.scheduler.tasks import SCORE
+from specbatch.serving.scheduler.tokens import load_token_counter
+from specbatch.serving.wire import GENERATE, RowWork, decode, encode, outcome_from_dict, work_from_dict, work_to_dict
 
 MMLU = "Question:\nWhich bone is in the arm?\n\nChoices:\nA. Femur\nB. Humerus\nC. Tibia"
 INFOBENCH = "Instruction: Name three colours.\nQuestion: \nGeneration:"
@@ -110,14 +112,15 @@ def test_history_round_trips_through_json():
     assert parse_history("") == () and parse_history(None) == ()
 
 
-def test_chat_rows_round_trip_on_the_wire_and_plain_rows_add_no_columns():
-    items = [
-        WorkItem("hi", 4, chat=ChatFormat((("system", "S"),), enable_thinking=True)),
-        WorkItem("Q", 1, continuations=("A", "B"), chat=ChatFormat(assistant_prefix="The answer is (")),
-        WorkItem("raw", 2),
+def test_chat_rows_round_trip_on_the_wire_and_plain_rows_carry_none():
+    rows = [
+        RowWork(1, GENERATE, "hi", max_tokens=4, chat=ChatFormat((("system", "S"),), enable_thinking=True)),
+        RowWork(2, SCORE, "Q", choices=("A", "B"), chat=ChatFormat(assistant_prefix="The answer is (")),
+        RowWork(3, GENERATE, "raw", max_tokens=2),
     ]
-    assert work_from_arrays(work_arrays("speculative", items))[1] == items
-    assert "chat" not in work_arrays("speculative", [WorkItem("raw", 2)])
+    message = decode(encode({"type": "run", "rows": [work_to_dict(row) for row in rows]})[4:])
+    assert [work_from_dict(data) for data in message["rows"]] == rows
+    assert message["rows"][2]["chat"] is None
 
 
 def make_intake(render=None) -> RequestIntake:
@@ -131,9 +134,9 @@ def make_intake(render=None) -> RequestIntake:
 
 
 def admit(intake: RequestIntake, request: RoutedRequest):
-    delivered = []
-    jobs = intake.admit(request, lambda outcomes, timings: delivered.append(outcomes))
-    return jobs, delivered
+    """The request's jobs and its prompts' immediate errors."""
+    _, jobs, errors = intake.admit(request, None)
+    return jobs, errors
 
 
 def test_admission_turns_chat_prompts_into_user_turns_and_the_scorer_into_an_answer_cue():
@@ -165,37 +168,64 @@ def test_a_chat_prompt_is_counted_as_rendered_and_history_needs_chat():
         chat=[True, False],
         chat_history=["", '[{"role": "user", "content": "x"}]'],
     )
-    jobs, delivered = admit(make_intake(render=lambda content, chat: f"{padding} {content}"), request)
+    jobs, errors = admit(make_intake(render=lambda content, chat: f"{padding} {content}"), request)
     assert jobs == []
-    [[over_context, needs_chat]] = delivered
+    assert [index for index, _ in errors] == [0, 1]
+    [(_, over_context), (_, needs_chat)] = errors
     assert "over the model context" in over_context.error
     assert needs_chat.error == "chat_history needs chat=true"
 
 
-class _Engine:
-    """Records the prompts the worker hands to the engine."""
+def test_the_scheduler_renders_chat_as_the_instance_does(tiny_pair_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_pair_dir / "target")
+    count_tokens, max_context, render = load_token_counter(str(tiny_pair_dir / "target"))
+    chat = ChatFormat(history=(("system", "S"), ("user", "u1"), ("assistant", "a1")), assistant_prefix="X(")
+    for form in (chat, ChatFormat(enable_thinking=True), ChatFormat()):
+        assert render("u2 é", form) == render_chat(tokenizer, "u2 é", form)
+    text = render_chat(tokenizer, "u2", chat)
+    assert count_tokens(text) == len(tokenizer.encode(text, add_special_tokens=False))
+    assert max_context == 4096
+
+
+class _ScoringEngine:
+    """Records the prompts the runner hands to the engine and answers with the first label."""
+
+    loop_thread = None
+    max_rows = 4
 
     def __init__(self, tokenizer) -> None:
-        self.pair = type("Pair", (), {"tokenizer": tokenizer})()
-        self.last_step_seconds_per_token = 0.0
+        self.pair = SimpleNamespace(tokenizer=tokenizer)
         self.prompts: list[str] = []
 
     def snapshot(self):
-        return type("Snapshot", (), {"free_tokens": 1024, "seconds_per_token": 0.0})()
+        return SimpleNamespace(
+            running=0,
+            waiting=0,
+            blocks_total=64,
+            blocks_free=64,
+            block_size=16,
+            step_seconds=0.0,
+            seconds_per_token=0.0,
+            lookahead=0,
+            preemptions=0,
+        )
 
-    def score_choices(self, prompts, choices):
-        self.prompts += prompts
-        return [type("Score", (), {"best": options[0]})() for options in choices]
+    def submit_scoring(self, prompt, labels, on_done):
+        self.prompts.append(prompt)
+        on_done(SimpleNamespace(best=labels[0]), "")
 
 
 def test_the_instance_renders_chat_rows_before_the_engine_sees_them(tokenizer):
-    engine = _Engine(tokenizer)
-    items = [
-        WorkItem("Q?", 1, continuations=("A", "B"), chat=ChatFormat(assistant_prefix="The answer is (")),
-        WorkItem("Q? Answer:", 1, continuations=(" A", " B")),
+    engine = _ScoringEngine(tokenizer)
+    sent = []
+    rows = [
+        RowWork(1, SCORE, "Q?", choices=("A", "B"), chat=ChatFormat(assistant_prefix="The answer is (")),
+        RowWork(2, SCORE, "Q? Answer:", choices=(" A", " B")),
     ]
-    result = BatchWorker(engine).run("score", items)
-    assert [o.text for o in result.outcomes] == ["A", " A"]
+    InstanceRunner(engine, "inst0", sent.append).handle(
+        {"type": "run", "rows": [work_to_dict(row) for row in rows]}
+    )
+    assert [outcome_from_dict(m["outcome"]).text for m in sent] == ["A", " A"]
     assert engine.prompts == [
         "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is (",
         "Q? Answer:",

@@ -1,19 +1,40 @@
-"""Streaming text deltas, the cancellation board, pending requests and latency accounting."""
+"""Streaming: text deltas from tokens, a request's deltas and final response, latency accounting."""
 
 from __future__ import annotations
 
 import pytest
 from transformers import AutoTokenizer
 
-from specbatch.serving.cancellation import CancelBoard
-from specbatch.serving.detokenize import IncrementalDetokenizer
-from specbatch.serving.intake import RequestIntake, RoutedRequest
+from specbatch.routing import solve_graph
+from specbatch.serving.instance.detokenize import IncrementalDetokenizer
 from specbatch.serving.latency import PromptTiming, SlaTargets
-from specbatch.serving.outcomes import PromptOutcome
 from specbatch.serving.params import ServingLimits
-from specbatch.serving.pending import PendingRequests
+from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
+from specbatch.serving.wire import RowOutcome
 
+GRAPH = (
+    "You are given a directed graph with 2 nodes (numbered 0 to 1) and the following edges:\n"
+    "Edges (source -> target, weight):\n0 -> 1, weight: 4\n"
+    "Find the top 1 shortest path(s) from node 0 to node 1.\n"
+    "Call submit_paths(paths=[[...]], weights=[...])."
+)
+MMLU = "Question:\nWhich organ produces insulin?\n\nChoices:\nA. Liver\nB. Pancreas\nC. Kidney"
 TEXT = "Grüße aus Zürich — naïve café, 東京 and 🙂 emoji;  double  spaces\nnew line"
+
+
+class Reply:
+    def __init__(self) -> None:
+        self.deltas: list[tuple[int, str, str]] = []
+        self.finals: list[list[RowOutcome]] = []
+
+    def delta(self, index, task, text) -> None:
+        self.deltas.append((index, task, text))
+
+    def final(self, outcomes) -> None:
+        self.finals.append(outcomes)
+
+    def is_cancelled(self) -> bool:
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -39,33 +60,6 @@ def test_multibyte_characters_are_held_until_complete(tokenizer):
     assert "".join(pieces) == "🙂" and all(p in ("", "🙂") for p in pieces)
 
 
-def test_cancel_board_marks_and_clears_rows(tmp_path):
-    board = CancelBoard(tmp_path / "board")
-    assert not board.is_cancelled("3-1")
-    board.cancel("3-1")
-    assert board.is_cancelled("3-1") and not board.is_cancelled("3-2") and not board.is_cancelled("")
-    board.clear("3-1")
-    assert not board.is_cancelled("3-1")
-    board.cancel("4-0")
-    board.reset()
-    assert not board.is_cancelled("4-0")
-    with pytest.raises(ValueError, match="plain name"):
-        board.cancel("../escape")
-
-
-def test_pending_requests_report_cancellation_once_and_forget_finished():
-    pending = PendingRequests()
-    flags = {"a": False, "b": False}
-    done = {"a": False, "b": False}
-    pending.add(1, [(1, 0), (1, 1)], lambda: flags["a"], lambda: done["a"])
-    pending.add(2, [(2, 0)], lambda: flags["b"], lambda: done["b"])
-    assert pending.cancelled() == []
-    flags["a"] = True
-    done["b"] = True
-    assert pending.cancelled() == [(1, 0), (1, 1)]
-    assert pending.cancelled() == [] and len(pending) == 0
-
-
 def test_latency_and_sla_violations():
     timing = PromptTiming(
         arrival_s=10.0, done_s=12.0, dispatched_s=10.5, first_token_s=11.0, output_tokens=11
@@ -77,34 +71,53 @@ def test_latency_and_sla_violations():
     assert SlaTargets(ttft_s=0.1).violations(PromptTiming(arrival_s=0.0, done_s=1.0)) == []
 
 
-def test_streaming_intake_sends_every_prompts_text_as_deltas():
-    graph = (
-        "You are given a directed graph with 2 nodes (numbered 0 to 1) and the following edges:\n"
-        "Edges (source -> target, weight):\n0 -> 1, weight: 4\n"
-        "Find the top 1 shortest path(s) from node 0 to node 1.\n"
-        "Call submit_paths(paths=[[...]], weights=[...])."
-    )
+def test_a_streaming_request_sends_every_prompt_s_text_as_deltas_then_one_final():
     intake = RequestIntake(
         ServingLimits(max_tokens_cap=32, default_max_tokens=8), lambda t: 5, 64, lambda: 1.0
     )
-    deltas: list[tuple[int, str, str]] = []
-    done: list = []
+    reply = Reply()
     request = RoutedRequest(
-        prompts=["Instruction: hi\nQuestion: \nGeneration:", graph],
-        tasks=["infobench", "graph"],
-        predicted_tokens=[8, 1],
+        prompts=["Instruction: hi\nQuestion: \nGeneration:", GRAPH, MMLU],
+        tasks=["infobench", "graph", "mmlu"],
+        predicted_tokens=[8, 1, 1],
         stream=True,
     )
-    [job] = intake.admit(
-        request,
-        lambda outcomes, timings: done.append((outcomes, timings)),
-        lambda i, task, text: deltas.append((i, task, text)),
-    )
-    assert deltas == [(1, "graph", "submit_paths(paths=[[0, 1]], weights=[4])")]
-    job.on_delta("Hel")
-    job.on_delta("lo")
-    job.on_done(PromptOutcome("Hello!", task="infobench", num_output_tokens=3))
-    assert deltas[1:] == [(0, "infobench", "Hel"), (0, "infobench", "lo"), (0, "infobench", "!")]
-    [(outcomes, timings)] = done
-    assert [o.text for o in outcomes] == ["Hello!", "submit_paths(paths=[[0, 1]], weights=[4])"]
-    assert timings[0].output_tokens == 3
+    state, [generate, graph, score], errors = intake.admit(request, reply)
+    assert errors == [] and state.stream and generate.sampling.stream
+
+    graph.settle(RowOutcome(solve_graph(GRAPH)), 1.5)
+    assert reply.deltas == [(1, "graph", "submit_paths(paths=[[0, 1]], weights=[4])")]
+    state.first_token(0, 2.0)
+    state.stream_text(0, "infobench", "Hel")
+    state.stream_text(0, "infobench", "")
+    state.first_token(0, 2.5)
+    state.stream_text(0, "infobench", "lo")
+    assert generate.streamed_anything and not score.streamed_anything
+    generate.settle(RowOutcome("Hello!", num_output_tokens=3), 3.0)
+    state.stream_text(0, "infobench", " late")
+    assert reply.deltas[1:] == [(0, "infobench", "Hel"), (0, "infobench", "lo"), (0, "infobench", "!")]
+    assert reply.finals == []
+
+    score.settle(RowOutcome(" B"), 4.0)
+    assert reply.deltas[-1] == (2, "mmlu", "The answer is (B)")
+    [outcomes] = reply.finals
+    assert [o.text for o in outcomes] == [
+        "Hello!",
+        "submit_paths(paths=[[0, 1]], weights=[4])",
+        "The answer is (B)",
+    ]
+    timings = state.timings()
+    assert (timings[0].first_token_s, timings[0].output_tokens, timings[0].done_s) == (2.0, 3, 3.0)
+    assert timings[1].first_token_s is None
+
+
+def test_a_final_text_that_does_not_continue_the_streamed_text_adds_no_delta():
+    intake = RequestIntake(ServingLimits(max_tokens_cap=32, default_max_tokens=8), lambda t: 5, 64, lambda: 1.0)
+    reply = Reply()
+    request = RoutedRequest(prompts=["Instruction: hi"], tasks=["infobench"], predicted_tokens=[8], stream=True)
+    _, [job], _ = intake.admit(request, reply)
+    job.state.stream_text(0, "infobench", "Hel")
+    job.settle(RowOutcome.failed("model instance i0 failed while running this prompt"), 2.0)
+    assert reply.deltas == [(0, "infobench", "Hel")]
+    [[outcome]] = reply.finals
+    assert outcome.error and outcome.task == "infobench"

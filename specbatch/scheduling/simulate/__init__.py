@@ -2,7 +2,7 @@
 
 from specbatch.scheduling.simulate.engine import BatchRecord, ClusterConfig, SimulationResult, Simulator
 from specbatch.scheduling.simulate.metrics import BinMetrics, SimulationMetrics
-from specbatch.scheduling.simulate.service import ServiceTimeModel, fit_service_model, fit_step_times
+from specbatch.scheduling.simulate.service import ServiceTimeModel
 from specbatch.scheduling.simulate.theory import max_multibin_throughput, theoretical_multibin_throughput
 from specbatch.scheduling.simulate.workload import (
     BinConfusionPredictor,
@@ -36,8 +36,6 @@ __all__ = [
     "StepArrivals",
     "UniformLengths",
     "Workload",
-    "fit_service_model",
-    "fit_step_times",
     "make_workload",
     "max_multibin_throughput",
     "theoretical_multibin_throughput",

@@ -9,10 +9,7 @@ coefficients come from configuration or from a least-squares fit to measured ste
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from specbatch.scheduling.errors import SimulationConfigError
 
@@ -41,40 +38,6 @@ class ServiceTimeModel:
 
     def batch_seconds(self, batch_size: int, max_len: float) -> float:
         return self.a0 + self.step_seconds(batch_size) * max_len
-
-
-def fit_service_model(
-    batch_sizes: Sequence[int], max_lens: Sequence[float], seconds: Sequence[float]
-) -> ServiceTimeModel:
-    """Least-squares fit of whole-batch times: t = a0 + a1·L + (a1·slope)·L·(b − 1)."""
-    b, length, t = _as_arrays(batch_sizes, max_lens, seconds)
-    design = np.column_stack([np.ones_like(length), length, length * (b - 1)])
-    (a0, a1, a1_slope), *_ = np.linalg.lstsq(design, t, rcond=None)
-    return _model(a0, a1, a1_slope)
-
-
-def fit_step_times(
-    batch_sizes: Sequence[int], step_seconds: Sequence[float], a0: float = 0.0
-) -> ServiceTimeModel:
-    """Fit a1 and slope from per-step decode times measured at several batch sizes.
-
-    Model: s = a1 + (a1·slope)·(b − 1); ``a0`` (prefill, dispatch) is measured separately.
-    """
-    b, _, s = _as_arrays(batch_sizes, np.ones(len(step_seconds)), step_seconds)
-    design = np.column_stack([np.ones_like(b), b - 1])
-    (a1, a1_slope), *_ = np.linalg.lstsq(design, s, rcond=None)
-    return _model(a0, a1, a1_slope)
-
-
-def _as_arrays(*columns: Sequence[float]) -> tuple[np.ndarray, ...]:
-    arrays = tuple(np.asarray(c, dtype=float) for c in columns)
-    if len({len(a) for a in arrays}) != 1:
-        raise SimulationConfigError("measurement columns must have the same length")
-    if len(arrays[0]) < 2:
-        raise SimulationConfigError("a fit needs at least two measurements")
-    if any(not np.all(np.isfinite(a)) for a in arrays):
-        raise SimulationConfigError("measurements must be finite numbers")
-    return arrays
 
 
 def _model(a0: float, a1: float, a1_slope: float) -> ServiceTimeModel:
