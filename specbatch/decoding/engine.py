@@ -38,7 +38,7 @@ from specbatch.decoding.requests import (
     check_sampling_settings,
 )
 from specbatch.decoding.rows import MODES, AcceptanceTracker, Row, RowHandle, RowSink
-from specbatch.decoding.scoring import ChoiceScores, score_choices
+from specbatch.decoding.scoring import ChoiceScores, check_scoring_row, score_choices
 from specbatch.decoding.steps import MAX_DRAFT_CATCH_UP, FeedObserver, StepRunner
 from specbatch.decoding.stopping import RowOutput, StopRules
 from specbatch.decoding.wrapper import BatchSink
@@ -269,7 +269,9 @@ class Engine:
         other scoring rows of that iteration, and calls ``on_done(scores, error)`` there.
 
         Scoring on the loop keeps one thread on the device and makes a served instance's
-        step time include the scoring it does."""
+        step time include the scoring it does. A row that cannot be scored raises
+        InvalidRequestError here, so it never fails the others scored beside it."""
+        check_scoring_row(self.pair, prompt, labels)
         with self._wake:
             self._incoming_scoring.append((prompt, tuple(labels), on_done))
             self._ensure_thread()

@@ -33,6 +33,26 @@ def _encode(pair: ModelPair, text: str) -> list[int]:
     return pair.tokenizer.encode(text, add_special_tokens=False)
 
 
+def check_scoring_row(
+    pair: ModelPair, prompt: str, labels: Sequence[str], index: int = 0
+) -> tuple[list[int], list[list[int]]]:
+    """The row's prompt and label token ids; InvalidRequestError if it cannot be scored."""
+    ids = _encode(pair, prompt)
+    row_ids = [_encode(pair, label) for label in labels]
+    if not ids:
+        raise InvalidRequestError(f"prompt {index} is empty")
+    if not labels:
+        raise InvalidRequestError(f"prompt {index} has no labels to score")
+    if any(not t for t in row_ids):
+        raise InvalidRequestError(f"prompt {index} has an empty label")
+    if len(set(labels)) != len(labels):
+        raise InvalidRequestError(f"prompt {index} has duplicate labels")
+    longest = len(ids) + max(len(t) for t in row_ids)
+    if longest > pair.max_context:
+        raise InvalidRequestError(f"prompt {index} ({longest} tokens with its label) exceeds the context")
+    return ids, row_ids
+
+
 def score_choices(
     pair: ModelPair, prompts: Sequence[str], labels: Sequence[Sequence[str]]
 ) -> list[ChoiceScores]:
@@ -40,20 +60,12 @@ def score_choices(
         raise InvalidRequestError(f"{len(prompts)} prompts but {len(labels)} label lists")
     if not prompts:
         return []
-    prompt_ids = [_encode(pair, p) for p in prompts]
-    label_ids = [[_encode(pair, label) for label in row] for row in labels]
-    for index, (ids, row, row_ids) in enumerate(zip(prompt_ids, labels, label_ids, strict=True)):
-        if not ids:
-            raise InvalidRequestError(f"prompt {index} is empty")
-        if not row:
-            raise InvalidRequestError(f"prompt {index} has no labels to score")
-        if any(not t for t in row_ids):
-            raise InvalidRequestError(f"prompt {index} has an empty label")
-        if len(set(row)) != len(row):
-            raise InvalidRequestError(f"prompt {index} has duplicate labels")
-        longest = len(ids) + max(len(t) for t in row_ids)
-        if longest > pair.max_context:
-            raise InvalidRequestError(f"prompt {index} ({longest} tokens with its label) exceeds the context")
+    checked = [
+        check_scoring_row(pair, p, row, index)
+        for index, (p, row) in enumerate(zip(prompts, labels, strict=True))
+    ]
+    prompt_ids = [ids for ids, _ in checked]
+    label_ids = [row_ids for _, row_ids in checked]
     if all(len(t) == 1 for row_ids in label_ids for t in row_ids):
         rows = prompt_ids
         logprob_rows = _forward_logprobs(pair, rows, [[len(ids) - 1] for ids in rows])

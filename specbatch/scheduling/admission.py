@@ -122,17 +122,23 @@ class AdmissionPolicy:
 
     def submit(self, request: QueuedRequest) -> None:
         """Queue a prompt, or raise QueueFullError at once when the queue is at its bound."""
-        if request.request_id in self._queued:
-            raise DuplicateRequestError(f"request {request.request_id!r} is already queued")
+        self.submit_all([request])
+
+    def submit_all(self, requests: list[QueuedRequest]) -> None:
+        """Queue all of one request's prompts, or none (QueueFullError) when they do not fit."""
+        for request in requests:
+            if request.request_id in self._queued:
+                raise DuplicateRequestError(f"request {request.request_id!r} is already queued")
         limit = self.queue_bound()
-        if len(self._queued) >= limit:
+        if requests and len(self._queued) + len(requests) > limit:
             raise QueueFullError(
                 f"the server is overloaded: {len(self._queued)} prompts are queued "
                 f"(limit {limit}); retry later"
             )
-        self._bins.observe(request.predicted_tokens)
-        self._predicted.add(request.predicted_tokens)
-        self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
+        for request in requests:
+            self._bins.observe(request.predicted_tokens)
+            self._predicted.add(request.predicted_tokens)
+            self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
 
     def queue_bound(self) -> int:
         """How many prompts may wait now: ``queue_seconds`` of estimated capacity."""

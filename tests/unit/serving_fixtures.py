@@ -92,7 +92,8 @@ class Inbox:
 
     def wait_started(self, row: int) -> None:
         self.wait_until(
-            lambda: any(row in m["first"] for m in self.messages if m["type"] == "step"), f"row {row} to start"
+            lambda: any(row in m["first"] for m in self.messages if m["type"] == "step"),
+            f"row {row} to start",
         )
 
     def deltas(self, row: int) -> list[str]:
@@ -156,6 +157,7 @@ class Cluster:
         directory: Path,
         *,
         queue_limit: int = 256,
+        admission: AdmissionConfig | None = None,
         events: SchedulerEvents | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
@@ -170,7 +172,7 @@ class Cluster:
         )
         self.core = SchedulerCore(
             self.intake,
-            AdmissionPolicy(AdmissionConfig(queue_limit=queue_limit)),
+            AdmissionPolicy(admission or AdmissionConfig(queue_limit=queue_limit)),
             graph_solver(WAIT_S),
             settings=CoreSettings(generation_mode="speculative", fallback_tokens=4),
             events=events,
@@ -193,10 +195,11 @@ class Cluster:
         self.core.instance_joined(name, load_from_dict(hello["load"]), _Channel(self, name, runner))
         return runner
 
-    def join_scripted(self, name: str) -> None:
+    def join_scripted(self, name: str, load: InstanceLoad | None = None) -> None:
         """An instance the test plays itself: the core's messages are only recorded, and the
         test answers with ``self.core.instance_step/instance_done``."""
-        self.core.instance_joined(name, load_from_dict(IDLE_LOAD), _Channel(self, name, None))
+        load = load or load_from_dict(IDLE_LOAD)
+        self.core.instance_joined(name, load, _Channel(self, name, None))
 
     def lose(self, name: str) -> None:
         """The instance's process died: its connection closes and its rows go nowhere."""

@@ -158,11 +158,6 @@ def test_unknown_messages_are_ignored(instance):
     assert inbox.messages == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a scoring row is not validated when it is submitted: Engine._score validates the "
-    "iteration's scoring rows together, and one row over the context fails all of them",
-)
 def test_a_scoring_row_over_the_context_fails_alone(pair):
     inbox, loop_busy, go_on = Inbox(), threading.Event(), threading.Event()
 

@@ -119,7 +119,15 @@ def test_errors_stay_with_their_prompt():
     jobs[0].settle(RowOutcome("ok"), 100.0)
     jobs[1].settle(RowOutcome(solve_graph(jobs[1].prepared.source)), 100.0)
     [outcomes] = reply.finals
-    assert [o.finish_reason for o in outcomes] == ["stop", "error", "error", "error", "error", "stop", "error"]
+    assert [o.finish_reason for o in outcomes] == [
+        "stop",
+        "error",
+        "error",
+        "error",
+        "error",
+        "stop",
+        "error",
+    ]
     assert outcomes[5].text.startswith("submit_paths(")
 
 
@@ -169,6 +177,8 @@ def test_malformed_requests_raise():
 
 
 def test_scorer_answers_outside_the_choices_fail_the_prompt():
-    _, [job], _, _, _ = admit(make_intake(), RoutedRequest(prompts=[MMLU], tasks=["mmlu"], predicted_tokens=[1]))
+    _, [job], _, _, _ = admit(
+        make_intake(), RoutedRequest(prompts=[MMLU], tasks=["mmlu"], predicted_tokens=[1])
+    )
     outcome = job.prepared.finish(RowOutcome(" Z"))
     assert outcome.finish_reason == "error" and "not one of" in outcome.error and outcome.task == "mmlu"

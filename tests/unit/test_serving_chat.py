@@ -17,7 +17,15 @@ from specbatch.serving.params import PromptError, ServingLimits
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
 from specbatch.serving.scheduler.tasks import SCORE
 from specbatch.serving.scheduler.tokens import load_token_counter
-from specbatch.serving.wire import GENERATE, RowWork, decode, encode, outcome_from_dict, work_from_dict, work_to_dict
+from specbatch.serving.wire import (
+    GENERATE,
+    RowWork,
+    decode,
+    encode,
+    outcome_from_dict,
+    work_from_dict,
+    work_to_dict,
+)
 
 MMLU = "Question:\nWhich bone is in the arm?\n\nChoices:\nA. Femur\nB. Humerus\nC. Tibia"
 INFOBENCH = "Instruction: Name three colours.\nQuestion: \nGeneration:"

@@ -57,7 +57,10 @@ def test_every_generated_prompt_of_the_request_gets_the_stop_strings():
 
 
 def test_stop_strings_round_trip_on_the_wire():
-    rows = [RowWork(1, GENERATE, "a", max_tokens=4, stop=("\n\n", "END")), RowWork(2, GENERATE, "b", max_tokens=4)]
+    rows = [
+        RowWork(1, GENERATE, "a", max_tokens=4, stop=("\n\n", "END")),
+        RowWork(2, GENERATE, "b", max_tokens=4),
+    ]
     message = over_the_wire({"type": "run", "rows": [work_to_dict(row) for row in rows]})
     assert [work_from_dict(data) for data in message["rows"]] == rows
 
@@ -65,7 +68,9 @@ def test_stop_strings_round_trip_on_the_wire():
 def test_a_row_ends_before_its_stop_string_and_never_streams_past_it(tiny_pair_dir):
     engine = make_engine(tiny_pair(tiny_pair_dir))
     full = engine.generate([GenerationRequest(PROMPT, max_new_tokens=32)], mode="target_only")[0].text
-    start = next(i for i in range(6, len(full) - 3) if full[i : i + 3].isascii() and full[i : i + 3].isalpha())
+    start = next(
+        i for i in range(6, len(full) - 3) if full[i : i + 3].isascii() and full[i : i + 3].isalpha()
+    )
     stop = full[start : start + 3]
 
     inbox = Inbox()

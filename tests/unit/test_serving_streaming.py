@@ -112,9 +112,13 @@ def test_a_streaming_request_sends_every_prompt_s_text_as_deltas_then_one_final(
 
 
 def test_a_final_text_that_does_not_continue_the_streamed_text_adds_no_delta():
-    intake = RequestIntake(ServingLimits(max_tokens_cap=32, default_max_tokens=8), lambda t: 5, 64, lambda: 1.0)
+    intake = RequestIntake(
+        ServingLimits(max_tokens_cap=32, default_max_tokens=8), lambda t: 5, 64, lambda: 1.0
+    )
     reply = Reply()
-    request = RoutedRequest(prompts=["Instruction: hi"], tasks=["infobench"], predicted_tokens=[8], stream=True)
+    request = RoutedRequest(
+        prompts=["Instruction: hi"], tasks=["infobench"], predicted_tokens=[8], stream=True
+    )
     _, [job], _ = intake.admit(request, reply)
     job.state.stream_text(0, "infobench", "Hel")
     job.settle(RowOutcome.failed("model instance i0 failed while running this prompt"), 2.0)

@@ -127,7 +127,9 @@ def test_a_row_from_a_newer_scheduler_keeps_what_this_instance_knows():
 
 
 def test_outcomes_and_loads_round_trip_with_counters_and_rate():
-    assert [outcome_from_dict(across({"type": "x", "o": outcome_to_dict(o)})["o"]) for o in OUTCOMES] == OUTCOMES
+    assert [
+        outcome_from_dict(across({"type": "x", "o": outcome_to_dict(o)})["o"]) for o in OUTCOMES
+    ] == OUTCOMES
     assert OUTCOMES[0].acceptance_rate == pytest.approx(0.7) and OUTCOMES[1].acceptance_rate == 0.0
     assert (OUTCOMES[1].finish_reason, OUTCOMES[1].task, OUTCOMES[1].text) == ("error", "mmlu", "")
     assert load_from_dict(across(MESSAGES["hello"])["load"]) == LOAD

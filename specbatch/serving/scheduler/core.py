@@ -21,13 +21,13 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from specbatch.routing import LengthPredictor, route_evidence
 from specbatch.routing.classify import DEFAULT_TASK
 from specbatch.scheduling import QueuedRequest
-from specbatch.scheduling.admission import AdmissionPolicy
+from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.serving.latency import PromptTiming
 from specbatch.serving.params import PromptError
@@ -124,14 +124,13 @@ class SchedulerCore:
         """Take a request: raises RequestError for malformed input and Overloaded when the
         queue cannot hold its prompts; otherwise every prompt is settled later."""
         state, jobs, errors = self._intake.admit(routed, reply, self._settled)
-        queued = [job for job in jobs if job.prepared.kind != SOLVE]
-        if queued and self._policy.queued + len(queued) > self._policy.config.queue_limit:
-            self._events.rejected(len(routed.prompts))
-            raise Overloaded(
-                f"the server is overloaded: {self._policy.queued} prompts are queued (limit "
-                f"{self._policy.config.queue_limit}); retry later"
-            )
         now = self._clock()
+        queued = [self._queued_request(job) for job in jobs if job.prepared.kind != SOLVE]
+        try:
+            self._policy.submit_all(queued)
+        except QueueFullError as exc:
+            self._events.rejected(len(routed.prompts))
+            raise Overloaded(str(exc)) from None
         if not state.done:
             self._active[state.serial] = state
             self._jobs_of[state.serial] = jobs
@@ -140,21 +139,19 @@ class SchedulerCore:
         for job in jobs:
             if job.prepared.kind == SOLVE:
                 self._spawn(self._solve(job))
-            else:
-                self._enqueue(job, now)
         self.schedule()
 
-    def _enqueue(self, job: PromptJob, now: float, requeue: bool = False) -> None:
+    def _queued_request(self, job: PromptJob) -> QueuedRequest:
+        """The job as the policy queues it, with its predicted output length."""
         kind = job.prepared.kind
         if kind == GENERATE:
-            job.predicted_tokens = max(
-                1, min(self._predictor.predict(job.prepared.source, job.task), job.sampling.max_tokens)
-            )
+            predicted = self._predictor.predict(job.prepared.source, job.task)
+            job.predicted_tokens = max(1, min(predicted, job.sampling.max_tokens))
         elif kind == ROUTE:
             job.predicted_tokens = self._settings.fallback_tokens
         else:
             job.predicted_tokens = 1
-        request = QueuedRequest(
+        return QueuedRequest(
             request_id=job.key,
             predicted_tokens=job.predicted_tokens,
             input_tokens=job.input_tokens,
@@ -162,10 +159,6 @@ class SchedulerCore:
             deadline_s=job.state.deadline_s,
             payload=job,
         )
-        if requeue:
-            self._policy.requeue(request)
-        else:
-            self._policy.submit(request)
 
     async def _solve(self, job: PromptJob) -> None:
         try:
@@ -222,7 +215,6 @@ class SchedulerCore:
         self._policy.remove_instance(name)
         self._events.instance_lost(name)
         logger.error("instance %s is out of service (%s)", name, reason)
-        now = self._clock()
         requeued = 0
         for row, running in list(self._running.items()):
             if running.instance != name:
@@ -233,7 +225,7 @@ class SchedulerCore:
                 continue
             if not job.streamed_anything and job.attempts < self._settings.max_attempts:
                 job.instance = job.row = None
-                self._enqueue(job, now, requeue=True)
+                self._policy.requeue(self._queued_request(job))
                 requeued += 1
             else:
                 self._settle(
@@ -319,9 +311,9 @@ class SchedulerCore:
 
     def _finished_row(self, job: PromptJob, outcome: RowOutcome) -> None:
         if outcome.finish_reason == "deadline":
-            outcome = RowOutcome.failed("deadline exceeded", reason="cancelled")
+            outcome = replace(outcome, finish_reason="cancelled", error="deadline exceeded")
         elif outcome.finish_reason == "cancelled" and not outcome.error:
-            outcome = RowOutcome.failed("request cancelled", reason="cancelled")
+            outcome = replace(outcome, error="request cancelled")
         if job.prepared.kind == ROUTE and not outcome.error:
             self._route(job, outcome.text)
             return
@@ -346,7 +338,7 @@ class SchedulerCore:
             self._spawn(self._solve(job))
         else:
             job.attempts = 0
-            self._enqueue(job, self._clock(), requeue=True)
+            self._policy.requeue(self._queued_request(job))
 
     def _settle(self, job: PromptJob, outcome: RowOutcome) -> None:
         job.settle(outcome, self._clock())

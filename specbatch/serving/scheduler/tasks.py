@@ -95,7 +95,9 @@ def prepare_prompt(text: str, task: str, chat: ChatFormat | None = None) -> Prep
                 task=task, kind=GENERATE, source=text, model_prompt=build_infobench_prompt(text)
             )
         if task == AMBIGUOUS:
-            return PreparedPrompt(task="", kind=ROUTE, source=text, model_prompt=build_fallback_prompt(text))
+            return PreparedPrompt(
+                task="", kind=ROUTE, source=text, model_prompt=build_fallback_prompt(text), chat=chat
+            )
     except PromptError:
         raise
     except ValueError as exc:
