@@ -55,7 +55,8 @@ class TritonPythonModel:
         self.batched = config.get("max_batch_size", 0) > 0
         self.link = None
         if not self.batched:
-            runner = InstanceRunner(self.engine, self.name, self._send)
+            interval_s = settings.number("report_interval_ms", 20.0) / 1000.0
+            runner = InstanceRunner(self.engine, self.name, self._send, interval_s)
             self.link = SchedulerLink(
                 socket_path(), lambda: runner.hello(self.device), runner.handle, runner.cancel_all
             )

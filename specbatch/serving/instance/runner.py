@@ -41,10 +41,15 @@ Send = Callable[[dict[str, Any]], None]
 class InstanceRunner:
     """Runs the rows the scheduler sends on one engine and reports back through ``send``."""
 
-    def __init__(self, engine: Engine, name: str, send: Send) -> None:
+    def __init__(self, engine: Engine, name: str, send: Send, report_interval_s: float = 0.0) -> None:
+        """Steps are reported at most every ``report_interval_s`` (their streamed text
+        gathered), except that a row's first token and its end are reported at once."""
         self._engine = engine
         self._name = name
         self._send = send
+        self._report_interval_s = report_interval_s
+        self._last_report = 0.0
+        self._pending_deltas: list[list] = []
         self._lock = threading.Lock()
         self._handles: dict[int, RowHandle] = {}
         self._streams: dict[int, IncrementalDetokenizer] = {}
@@ -119,7 +124,7 @@ class InstanceRunner:
 
     def on_tokens(self, updates: dict[int, list[int]]) -> None:
         """The engine's step: first tokens, streamed text and the load, in one message."""
-        first, deltas = [], []
+        first = []
         with self._lock:
             for row, ids in updates.items():
                 if row not in self._started:
@@ -127,7 +132,15 @@ class InstanceRunner:
                     first.append(row)
                 stream = self._streams.get(row)
                 if stream is not None and (text := stream.push(ids)):
-                    deltas.append([row, text])
+                    self._pending_deltas.append([row, text])
+        now = time.monotonic()
+        if first or now - self._last_report >= self._report_interval_s:
+            self._report_step(first, now)
+
+    def _report_step(self, first: list[int], now: float) -> None:
+        with self._lock:
+            deltas, self._pending_deltas = self._pending_deltas, []
+        self._last_report = now
         self._send({"type": "step", "first": first, "deltas": deltas, "load": load_to_dict(self.load())})
 
     def on_finished(self, key: int, result: GenerationResult) -> None:
@@ -144,6 +157,8 @@ class InstanceRunner:
             self._done(row, RowOutcome(text=scores.best, finish_reason="stop"))
 
     def _done(self, row: int, outcome: RowOutcome) -> None:
+        if self._pending_deltas:
+            self._report_step([], time.monotonic())
         outcome = replace(outcome, instance=self._name)
         self._send(
             {

@@ -196,7 +196,7 @@ class SchedulerCore:
             running = self._running.get(row)
             if running is not None:
                 running.job.state.first_token(running.job.index, now)
-                running.job.state.stream_text(running.job.index, running.job.task, text)
+                running.job.state.stream_text(running.job.index, running.job.task, text, now)
         self._report(name, message["load"])
         self.schedule()
 
@@ -349,6 +349,13 @@ class SchedulerCore:
         self._events.settled(outcomes, timings)
 
     # ---- cancellation and shutdown ----------------------------------------------------
+
+    def flush_streams(self) -> None:
+        """Send the streamed text that is waiting for its interval."""
+        now = self._clock()
+        for state in list(self._active.values()):
+            if state.stream:
+                state.flush(now)
 
     def poll_cancellations(self) -> None:
         """Withdraw the prompts of requests whose client cancelled: queued ones now, running

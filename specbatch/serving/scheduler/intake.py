@@ -62,9 +62,12 @@ class RequestIntake:
         max_context: int,
         clock: Callable[[], float],
         render_chat: ChatRenderer | None = None,
+        stream_interval_s: float = 0.0,
     ) -> None:
         """`render_chat(content, chat)` is the instance's rendering of a chat prompt, so a
-        conversation is counted against the context exactly as the model will see it."""
+        conversation is counted against the context exactly as the model will see it;
+        `stream_interval_s` coalesces a streaming prompt's text (see RequestState)."""
+        self._stream_interval_s = stream_interval_s
         self._limits = limits
         self._count_tokens = count_tokens
         self._max_context = max_context
@@ -106,6 +109,7 @@ class RequestIntake:
             stream=request.stream,
             deadline_s=now + request.timeout_s if request.timeout_s else None,
             on_settled=on_settled,
+            stream_interval_s=self._stream_interval_s,
         )
         jobs: list[PromptJob] = []
         errors: list[tuple[int, RowOutcome]] = []

@@ -64,6 +64,7 @@ class SchedulerLoop:
         try:
             while not self._stopped.is_set():
                 self._guarded(self._core.poll_cancellations)
+                self._guarded(self._core.flush_streams)
                 self._guarded(self._core.schedule)
                 timeout = self._cancel_poll_s
                 wake = self._core.next_wakeup_s()

@@ -75,7 +75,14 @@ def graph_solver(timeout_s: float) -> SolveGraph:
 
 def build_core(settings: ModelSettings, events: SchedulerEvents) -> SchedulerCore:
     count_tokens, max_context, render_chat = load_token_counter(settings.model_path("target_model"))
-    intake = RequestIntake(build_limits(settings), count_tokens, max_context, time.monotonic, render_chat)
+    intake = RequestIntake(
+        build_limits(settings),
+        count_tokens,
+        max_context,
+        time.monotonic,
+        render_chat,
+        stream_interval_s=settings.number("stream_interval_ms", 50.0) / 1000.0,
+    )
     return SchedulerCore(
         intake,
         build_admission(settings),

@@ -46,7 +46,11 @@ class RequestState:
         stream: bool = False,
         deadline_s: float | None = None,
         on_settled: Settled | None = None,
+        stream_interval_s: float = 0.0,
     ) -> None:
+        """With ``stream_interval_s`` > 0 a prompt's first text goes out at once and later
+        text at most once per interval (pieces coalesced), since every response sent is
+        a round trip to the server process; `flush` sends what waits."""
         if count <= 0:
             raise ValueError("a request needs at least one prompt")
         self.serial = serial
@@ -57,6 +61,10 @@ class RequestState:
         self._on_settled = on_settled
         self.outcomes: list[RowOutcome | None] = [None] * count
         self.streamed = [""] * count
+        self._unsent = [""] * count
+        self._unsent_task = [""] * count
+        self._last_sent: list[float | None] = [None] * count
+        self._stream_interval_s = stream_interval_s
         self.dispatched_s: list[float | None] = [None] * count
         self.first_token_s: list[float | None] = [None] * count
         self.done_s: list[float] = [0.0] * count
@@ -66,10 +74,26 @@ class RequestState:
     def done(self) -> bool:
         return self._missing == 0
 
-    def stream_text(self, index: int, task: str, text: str) -> None:
-        if self.stream and text and self.outcomes[index] is None:
-            self.streamed[index] += text
-            self.reply.delta(index, task, text)
+    def stream_text(self, index: int, task: str, text: str, now_s: float = 0.0) -> None:
+        if not (self.stream and text and self.outcomes[index] is None):
+            return
+        self.streamed[index] += text
+        self._unsent[index] += text
+        self._unsent_task[index] = task
+        last = self._last_sent[index]
+        if last is None or now_s - last >= self._stream_interval_s:
+            self._send(index, now_s)
+
+    def flush(self, now_s: float) -> None:
+        """Send every prompt's text still waiting for its interval."""
+        for index, text in enumerate(self._unsent):
+            if text:
+                self._send(index, now_s)
+
+    def _send(self, index: int, now_s: float) -> None:
+        text, self._unsent[index] = self._unsent[index], ""
+        self._last_sent[index] = now_s
+        self.reply.delta(index, self._unsent_task[index], text)
 
     def first_token(self, index: int, now_s: float) -> None:
         if self.first_token_s[index] is None:
@@ -81,7 +105,9 @@ class RequestState:
         if self.outcomes[index] is not None:
             return False
         if self.stream and outcome.text.startswith(self.streamed[index]):
-            self.stream_text(index, outcome.task, outcome.text[len(self.streamed[index]) :])
+            self.stream_text(index, outcome.task, outcome.text[len(self.streamed[index]) :], now_s)
+        if self._unsent[index]:
+            self._send(index, now_s)
         self.outcomes[index] = outcome
         self.done_s[index] = now_s
         self._missing -= 1
