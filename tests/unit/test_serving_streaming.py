@@ -125,3 +125,32 @@ def test_a_final_text_that_does_not_continue_the_streamed_text_adds_no_delta():
     assert reply.deltas == [(0, "infobench", "Hel")]
     [[outcome]] = reply.finals
     assert outcome.error and outcome.task == "infobench"
+
+
+def test_streamed_text_is_coalesced_per_interval_and_nothing_is_held_back_at_the_end():
+    intake = RequestIntake(
+        ServingLimits(max_tokens_cap=32, default_max_tokens=8),
+        lambda text: 5,
+        64,
+        lambda: 0.0,
+        stream_interval_s=0.05,
+    )
+    reply = Reply()
+    request = RoutedRequest(
+        prompts=["Instruction: hi"], tasks=["infobench"], predicted_tokens=[8], stream=True
+    )
+    state, [job], _ = intake.admit(request, reply)
+    state.stream_text(0, "infobench", "He", now_s=1.00)  # the first text goes at once
+    state.stream_text(0, "infobench", "l", now_s=1.01)
+    state.stream_text(0, "infobench", "l", now_s=1.02)
+    assert reply.deltas == [(0, "infobench", "He")]
+    state.stream_text(0, "infobench", "o", now_s=1.06)  # the interval has passed
+    assert reply.deltas[-1] == (0, "infobench", "llo")
+    state.stream_text(0, "infobench", " w", now_s=1.07)
+    state.flush(1.08)
+    assert reply.deltas[-1] == (0, "infobench", " w")
+    state.stream_text(0, "infobench", "or", now_s=1.09)
+    job.settle(RowOutcome("Hello world", num_output_tokens=5), 1.10)
+    assert "".join(text for _, _, text in reply.deltas) == "Hello world"
+    assert reply.deltas[-1] == (0, "infobench", "orld")  # the waiting text and the rest, together
+    assert len(reply.finals) == 1
