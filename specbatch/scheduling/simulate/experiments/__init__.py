@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from specbatch.scheduling.simulate.experiments import dynamic_vs_static, figure6, policy_comparison, theorem42
+from specbatch.scheduling.simulate.experiments import (
+    continuous_admission,
+    dynamic_vs_static,
+    figure6,
+    policy_comparison,
+    theorem42,
+)
 from specbatch.scheduling.simulate.experiments.common import ExperimentOutput
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentOutput]] = {
@@ -13,6 +19,7 @@ EXPERIMENTS: dict[str, Callable[..., ExperimentOutput]] = {
     "figure6": figure6.run,
     "dynamic_vs_static": dynamic_vs_static.run,
     "policy_comparison": policy_comparison.run,
+    "continuous_admission": continuous_admission.run,
 }
 
 
