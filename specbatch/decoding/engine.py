@@ -159,6 +159,9 @@ class Engine:
         self._lookahead_steps: Counter[int] = Counter()
         self._memory = MemoryPeaks()
         self._snapshot = self._take_snapshot()
+        # called at the start of every iteration, on the loop thread; raising fails the
+        # rows the engine holds, as any fault in a step does (used to inject faults)
+        self.step_hook: Callable[[], None] | None = None
 
     # ---- submission -------------------------------------------------------------------
 
@@ -356,6 +359,8 @@ class Engine:
 
     def _iterate(self, cancels: set[int]) -> None:
         started = time.perf_counter()
+        if self.step_hook is not None:
+            self.step_hook()
         self._drop_cancelled_and_expired(cancels)
         self._admit()
         if not self._running:

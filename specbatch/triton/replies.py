@@ -7,10 +7,12 @@ cancelled, is answered with a TritonError instead, so clients see the error they
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import triton_python_backend_utils as pb_utils
 
+from specbatch.serving.faults import InjectedFault
 from specbatch.serving.scheduler.outputs import delta_arrays, outcome_arrays
 from specbatch.serving.wire import RowOutcome
 from specbatch.triton.tensors import error_response, response
@@ -20,10 +22,12 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class TritonReply:
-    def __init__(self, request, sender, stream: bool) -> None:
+    def __init__(self, request, sender, stream: bool, fault: bool = False) -> None:
+        """``fault``: one of the request's prompts asked for an injected reply fault."""
         self._request = request
         self._sender = sender
         self._stream = stream
+        self._fault = fault
 
     def delta(self, index: int, task: str, text: str) -> None:
         try:
@@ -33,13 +37,23 @@ class TritonReply:
 
     def final(self, outcomes: list[RowOutcome]) -> None:
         try:
-            if all(o.finish_reason == "cancelled" for o in outcomes):
-                self._sender.send(error_response(outcomes[0].error, cancelled=True), flags=FINAL)
-            elif len(outcomes) == 1 and outcomes[0].error:
-                self._sender.send(error_response(outcomes[0].error), flags=FINAL)
-            else:
-                arrays = outcome_arrays(outcomes, with_text=not self._stream)
-                self._sender.send(response(arrays, batched=True), flags=FINAL)
+            self._send_final(outcomes)
+        except Exception as exc:
+            logger.exception("building the final response failed; answering with the error")
+            with contextlib.suppress(Exception):
+                self._sender.send(error_response(f"the server failed to answer: {exc}"), flags=FINAL)
+
+    def _send_final(self, outcomes: list[RowOutcome]) -> None:
+        if self._fault:
+            raise InjectedFault("injected reply fault")
+        if all(o.finish_reason == "cancelled" for o in outcomes):
+            final = error_response(outcomes[0].error, cancelled=True)
+        elif len(outcomes) == 1 and outcomes[0].error:
+            final = error_response(outcomes[0].error)
+        else:
+            final = response(outcome_arrays(outcomes, with_text=not self._stream), batched=True)
+        try:
+            self._sender.send(final, flags=FINAL)
         except Exception:
             logger.exception("sending a response failed (client gone?)")
 

@@ -32,6 +32,7 @@ class SchedulerMetrics(SchedulerEvents):
             ("specbatch_shed_prompts_total", "Queued prompts failed early: their deadline could not be met"),
             ("specbatch_requeued_prompts_total", "Prompts re-run after their instance failed"),
             ("specbatch_instance_failures_total", "Instances taken out of service (connection lost)"),
+            ("specbatch_scheduler_restarts_total", "Times the scheduler loop failed and restarted"),
         ):
             self._m.declare_counter(name, text)
 
@@ -137,6 +138,11 @@ class SchedulerMetrics(SchedulerEvents):
             return False
         self._last_gauge[series] = now
         return True
+
+    def restarted(self, error: str) -> None:
+        self._m.increment(
+            "specbatch_scheduler_restarts_total", "Times the scheduler loop failed and restarted"
+        )
 
     def instance_load(self, instance: str, load: InstanceLoad, rows_allowed: int, b_sla: int | None) -> None:
         if not self._due(instance):

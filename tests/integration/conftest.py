@@ -24,7 +24,7 @@ def server(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         ports=Ports.free(),
         host="127.0.0.1",
         exit_timeout_s=10,
-        env={"SPECBATCH_LOOKAHEAD": "3"},
+        env={"SPECBATCH_LOOKAHEAD": "3", "SPECBATCH_FAULT_INJECTION": "1"},
     )
     process = TritonProcess(options)
     log = tmp_path_factory.mktemp("triton") / "server.log"

@@ -10,8 +10,9 @@ import json
 
 import triton_python_backend_utils as pb_utils
 
+from specbatch.serving.faults import marked
 from specbatch.serving.params import RequestError
-from specbatch.serving.scheduler.core import Overloaded
+from specbatch.serving.scheduler.core import Overloaded, ShuttingDown
 from specbatch.serving.scheduler.hub import InstanceHub
 from specbatch.serving.scheduler.intake import RoutedRequest
 from specbatch.serving.scheduler.loop import SchedulerLoop
@@ -56,7 +57,11 @@ class TritonPythonModel:
             except ValueError as exc:
                 sender.send(error_response(str(exc)), flags=FINAL)
                 continue
-            self.loop.call(self._admit, routed, TritonReply(request, sender, routed.stream), sender)
+            except Exception as exc:
+                sender.send(error_response(f"the scheduler could not read the request: {exc}"), flags=FINAL)
+                continue
+            fault = any(marked(str(p), "reply") for p in routed.prompts)
+            self.loop.call(self._admit, routed, TritonReply(request, sender, routed.stream, fault), sender)
         return None
 
     def _admit(self, routed, reply, sender):
@@ -64,7 +69,7 @@ class TritonPythonModel:
             self.core.admit(routed, reply)
         except RequestError as exc:
             sender.send(error_response(str(exc)), flags=FINAL)
-        except Overloaded as exc:
+        except (Overloaded, ShuttingDown) as exc:
             sender.send(error_response(str(exc), unavailable=True), flags=FINAL)
         except Exception as exc:
             sender.send(error_response(f"scheduler failed to admit the request: {exc}"), flags=FINAL)

@@ -22,6 +22,7 @@ from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.scoring import ChoiceScores
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.serving.chat import model_prompt
+from specbatch.serving.faults import InjectedFault, marked
 from specbatch.serving.instance.detokenize import IncrementalDetokenizer
 from specbatch.serving.params import PromptError
 from specbatch.serving.wire import (
@@ -50,6 +51,8 @@ class InstanceRunner:
         self._report_interval_s = report_interval_s
         self._last_report = 0.0
         self._pending_deltas: list[list] = []
+        self._faulty: set[int] = set()
+        engine.step_hook = self._inject_fault
         self._lock = threading.Lock()
         self._handles: dict[int, RowHandle] = {}
         self._streams: dict[int, IncrementalDetokenizer] = {}
@@ -87,7 +90,13 @@ class InstanceRunner:
 
     # ---- rows -------------------------------------------------------------------------
 
+    def _inject_fault(self) -> None:
+        if self._faulty & set(self._handles):
+            raise InjectedFault(f"{self._name}: injected instance fault")
+
     def _start(self, work: RowWork) -> None:
+        if marked(work.prompt, "instance"):
+            self._faulty.add(work.row)
         try:
             prompt = model_prompt(self._engine.pair.tokenizer, work.prompt, work.chat)
             if work.kind == SCORE:
@@ -148,6 +157,7 @@ class InstanceRunner:
             self._handles.pop(key, None)
             self._streams.pop(key, None)
             self._started.discard(key)
+            self._faulty.discard(key)
         self._done(key, _outcome(result))
 
     def _scored(self, row: int, scores: ChoiceScores | None, error: str) -> None:

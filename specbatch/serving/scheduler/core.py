@@ -29,6 +29,7 @@ from specbatch.routing.classify import DEFAULT_TASK
 from specbatch.scheduling import QueuedRequest
 from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
 from specbatch.scheduling.load import InstanceLoad
+from specbatch.serving.faults import InjectedFault, marked
 from specbatch.serving.latency import PromptTiming
 from specbatch.serving.params import PromptError
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
@@ -43,6 +44,10 @@ SolveGraph = Callable[[str], Awaitable[str]]
 
 class Overloaded(RuntimeError):
     """The queue cannot take this request; answer it with UNAVAILABLE now."""
+
+
+class ShuttingDown(RuntimeError):
+    """The server is stopping: no new work is admitted."""
 
 
 class InstanceChannel(Protocol):
@@ -67,6 +72,8 @@ class SchedulerEvents:
     ) -> None: ...
 
     def instance_lost(self, instance: str) -> None: ...
+
+    def restarted(self, error: str) -> None: ...
 
     def queue_depths(self, depths: list[int]) -> None: ...
 
@@ -109,6 +116,8 @@ class SchedulerCore:
         self._jobs_of: dict[int, list[PromptJob]] = {}
         self._predictor = LengthPredictor()
         self._background: set[asyncio.Task] = set()
+        self._draining = False
+        self._fault_pending = False
 
     # ---- requests ---------------------------------------------------------------------
 
@@ -123,6 +132,8 @@ class SchedulerCore:
     def admit(self, routed: RoutedRequest, reply: ReplySink) -> None:
         """Take a request: raises RequestError for malformed input and Overloaded when the
         queue cannot hold its prompts; otherwise every prompt is settled later."""
+        if self._draining:
+            raise ShuttingDown("the server is shutting down; retry on another replica")
         state, jobs, errors = self._intake.admit(routed, reply, self._settled)
         now = self._clock()
         queued = [self._queued_request(job) for job in jobs if job.prepared.kind != SOLVE]
@@ -139,7 +150,8 @@ class SchedulerCore:
         for job in jobs:
             if job.prepared.kind == SOLVE:
                 self._spawn(self._solve(job))
-        self.schedule()
+            self._fault_pending |= marked(job.prepared.source, "scheduler")
+        self._schedule_or_restart()
 
     def _queued_request(self, job: PromptJob) -> QueuedRequest:
         """The job as the policy queues it, with its predicted output length."""
@@ -184,7 +196,7 @@ class SchedulerCore:
         self._policy.add_instance(name, load)
         logger.info("instance %s joined: %d KV blocks of %d tokens", name, load.blocks_total, load.block_size)
         self._report(name, load)
-        self.schedule()
+        self._schedule_or_restart()
 
     def instance_step(self, name: str, message: dict[str, Any]) -> None:
         now = self._clock()
@@ -198,7 +210,7 @@ class SchedulerCore:
                 running.job.state.first_token(running.job.index, now)
                 running.job.state.stream_text(running.job.index, running.job.task, text, now)
         self._report(name, message["load"])
-        self.schedule()
+        self._schedule_or_restart()
 
     def instance_done(self, name: str, row: int, outcome: RowOutcome, load: dict[str, Any]) -> None:
         running = self._running.pop(row, None)
@@ -206,7 +218,7 @@ class SchedulerCore:
             self._policy.finished(name, running.queued, outcome.num_output_tokens)
             self._finished_row(running.job, outcome)
         self._report(name, load)
-        self.schedule()
+        self._schedule_or_restart()
 
     def instance_lost(self, name: str, reason: str) -> None:
         """Take the instance out of service; settle or re-queue the prompts it was running."""
@@ -223,7 +235,11 @@ class SchedulerCore:
             job = running.job
             if job.state.done or job.state.outcomes[job.index] is not None:
                 continue
-            if not job.streamed_anything and job.attempts < self._settings.max_attempts:
+            if (
+                not self._draining
+                and not job.streamed_anything
+                and job.attempts < self._settings.max_attempts
+            ):
                 job.instance = job.row = None
                 self._policy.requeue(self._queued_request(job))
                 requeued += 1
@@ -233,7 +249,7 @@ class SchedulerCore:
                 )
         if requeued:
             self._events.requeued(requeued)
-        self.schedule()
+        self._schedule_or_restart()
 
     def _report(self, name: str, raw_load: dict[str, Any] | InstanceLoad) -> None:
         load = raw_load if isinstance(raw_load, InstanceLoad) else load_from_dict(raw_load)
@@ -247,6 +263,9 @@ class SchedulerCore:
 
     def schedule(self) -> None:
         """Shed what cannot make its deadline, then start what each instance has room for."""
+        if self._fault_pending:
+            self._fault_pending = False
+            raise InjectedFault("injected scheduler fault")
         now = self._clock()
         shed = self._policy.shed(now)
         for request in shed:
@@ -270,6 +289,14 @@ class SchedulerCore:
             channel.send({"type": "run", "rows": rows})
             self._events.admitted(name, len(rows))
         self._events.queue_depths(self._policy.depths())
+
+    def _schedule_or_restart(self) -> None:
+        """Schedule after an event; a failure answers everything held (see restart)."""
+        try:
+            self.schedule()
+        except Exception as exc:
+            logger.exception("scheduling failed; answering every pending prompt and going on")
+            self.restart(f"the scheduler failed while this prompt was pending ({exc}); retry")
 
     def next_wakeup_s(self) -> float | None:
         return self._policy.next_wakeup_s(self._clock())
@@ -378,10 +405,37 @@ class SchedulerCore:
                 if channel is not None:
                     channel.send({"type": "cancel", "rows": rows})
 
+    @property
+    def running_rows(self) -> int:
+        return len(self._running)
+
+    def begin_shutdown(self, message: str = "the server is shutting down") -> None:
+        """Admit nothing more and answer every queued prompt; running rows may finish."""
+        self._draining = True
+        for serial in list(self._active):
+            for job in self._jobs_of.get(serial, ()):
+                if self._policy.cancel(job.key) is not None:
+                    self._settle(job, RowOutcome.failed(message, task=job.task))
+
     def fail_everything(self, message: str) -> None:
-        """Answer every prompt still held (shutdown, or the loop failing) with ``message``."""
+        """Answer every prompt still held (shutdown, or the loop failing) with ``message``;
+        rows running on instances are cancelled there and their reservations released."""
+        by_instance: dict[str, list[int]] = {}
+        for row, running in self._running.items():
+            by_instance.setdefault(running.instance, []).append(row)
+            self._policy.finished(running.instance, running.queued, 0)
+        self._running.clear()
+        for name, rows in by_instance.items():
+            channel = self._channels.get(name)
+            if channel is not None:
+                channel.send({"type": "cancel", "rows": rows})
         for serial in list(self._active):
             for job in self._jobs_of.get(serial, ()):
                 self._policy.cancel(job.key)
                 self._settle(job, RowOutcome.failed(message, task=job.task))
-        self._running.clear()
+
+    def restart(self, message: str) -> None:
+        """After a failed tick: answer everything held, keep the instances, go on."""
+        self._fault_pending = False
+        self.fail_everything(message)
+        self._events.restarted(message)

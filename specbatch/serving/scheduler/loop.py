@@ -2,8 +2,12 @@
 
 Triton calls `execute` on its own thread; everything the core does happens on this
 loop, so the core needs no locks. Besides the instance connections, the loop wakes
-for the policy's next deadline and polls for cancelled requests. A failure inside a
-tick is logged and does not stop the loop; shutdown answers every prompt still held.
+for the policy's next deadline and polls for cancelled requests.
+
+Supervised: if a scheduling tick raises, every prompt the core holds is answered with
+the error and the loop goes on with a clean slate, so no request waits forever behind
+a broken state. Shutdown answers queued prompts at once, lets running rows finish for
+up to ``drain_s``, then answers whatever is left.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ logger = logging.getLogger(__name__)
 
 
 class SchedulerLoop:
-    def __init__(self, core: SchedulerCore, hub: InstanceHub, cancel_poll_s: float = 0.1) -> None:
+    def __init__(
+        self, core: SchedulerCore, hub: InstanceHub, cancel_poll_s: float = 0.1, drain_s: float = 20.0
+    ) -> None:
         self._core = core
+        self._drain_s = drain_s
         self._hub = hub
         self._cancel_poll_s = cancel_poll_s
         self._loop = asyncio.new_event_loop()
@@ -40,18 +47,25 @@ class SchedulerLoop:
         """Run ``function(*args)`` on the loop (from any thread); a failure is logged."""
         self._loop.call_soon_threadsafe(self._guarded, function, *args)
 
-    def stop(self, message: str = "the server is shutting down", timeout_s: float = 30.0) -> None:
+    def stop(self) -> None:
+        """Drain and stop (from Triton's finalize); returns within about ``drain_s``."""
         if self._thread.is_alive() and self._stopped is not None:
             self._loop.call_soon_threadsafe(self._stopped.set)
-            self._thread.join(timeout_s)
-        with contextlib.suppress(Exception):
-            self._core.fail_everything(message)
+            self._thread.join(self._drain_s + 5)
 
     def _guarded(self, function: Callable[..., None], *args: object) -> None:
         try:
             function(*args)
         except Exception:
             logger.exception("scheduler step %s failed", getattr(function, "__name__", function))
+
+    def _supervised(self, function: Callable[[], None]) -> None:
+        """A tick that raises leaves the core's state in doubt: answer everything it holds."""
+        try:
+            function()
+        except Exception as exc:
+            logger.exception("the scheduler loop failed; answering every pending prompt and going on")
+            self._core.restart(f"the scheduler failed while this prompt was pending ({exc}); retry")
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -63,9 +77,9 @@ class SchedulerLoop:
         self._ready.set()
         try:
             while not self._stopped.is_set():
-                self._guarded(self._core.poll_cancellations)
-                self._guarded(self._core.flush_streams)
-                self._guarded(self._core.schedule)
+                self._supervised(self._core.poll_cancellations)
+                self._supervised(self._core.flush_streams)
+                self._supervised(self._core.schedule)
                 timeout = self._cancel_poll_s
                 wake = self._core.next_wakeup_s()
                 if wake is not None:
@@ -73,5 +87,12 @@ class SchedulerLoop:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), timeout)
         finally:
-            self._core.fail_everything("the server is shutting down")
+            await self._drain()
             await self._hub.stop()
+
+    async def _drain(self) -> None:
+        self._guarded(self._core.begin_shutdown)
+        deadline = time.monotonic() + self._drain_s
+        while self._core.running_rows and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self._guarded(self._core.fail_everything, "the server is shutting down")
