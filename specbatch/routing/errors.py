@@ -20,3 +20,7 @@ class GraphLimitError(GraphError):
 
 class MMLUParseError(RoutingError):
     """A multiple-choice prompt whose stem or lettered options cannot be found."""
+
+
+class GraphTimeoutError(GraphLimitError):
+    """A graph prompt within the size limits whose paths take longer than the solver's time limit."""
