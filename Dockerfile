@@ -1,5 +1,9 @@
 # specbatch on NVIDIA's Triton 24.10 image with the PyTorch and Python backends
 # (the same server version the nvidia-pytriton wheel carries; torch is preinstalled).
+# It runs as the image's unprivileged triton-server user. `specbatch serve` binds every
+# interface (--host 0.0.0.0: the container's network is the boundary) and restricts
+# Triton's administrative APIs to callers sending the header specbatch-admin-key with
+# the value of SPECBATCH_ADMIN_KEY (unset: a random key, so they stay closed).
 FROM nvcr.io/nvidia/tritonserver:24.10-pyt-python-py3
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -22,13 +26,9 @@ RUN pip install "transformers>=4.51" "safetensors>=0.4" "tokenizers>=0.21" "trit
 
 USER triton-server
 # 9000: the OpenAI-compatible front, run as a second container of this image:
-#   python3 -m specbatch.openai --grpc-url localhost:8001 --port 9000
+#   python3 -m specbatch.openai --grpc-url localhost:8001 --host 0.0.0.0 --port 9000
 EXPOSE 8000 8001 8002 9000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=600s --retries=3 \
     CMD python3 -c "import urllib.request; urllib.request.urlopen('http://localhost:8000/v2/health/ready', timeout=4)"
 
-CMD ["tritonserver", \
-     "--model-repository=/opt/specbatch/model_repository", \
-     "--model-repository=/opt/specbatch/ensemble", \
-     "--allow-metrics=true", \
-     "--metrics-config=histogram_latencies=true"]
+CMD ["specbatch", "serve", "--host", "0.0.0.0", "--no-openai"]

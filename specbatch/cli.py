@@ -22,7 +22,12 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="model-config variant: auto picks default (2 GPUs), gpu1 (1 GPU) or cpu",
     )
-    serve_cmd.add_argument("--host", default="0.0.0.0", help="address the HTTP and gRPC endpoints bind")
+    serve_cmd.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address the HTTP, gRPC, metrics and OpenAI endpoints bind (default loopback only; "
+        "0.0.0.0 for every interface, as in the container)",
+    )
     serve_cmd.add_argument("--http-port", type=int, default=8000)
     serve_cmd.add_argument("--grpc-port", type=int, default=8001)
     serve_cmd.add_argument("--metrics-port", type=int, default=8002)

@@ -68,7 +68,10 @@ def _offline() -> bool:
 def _load_model(name: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=_offline())
+    # safetensors only: a pickled checkpoint (pytorch_model.bin) can run code when loaded.
+    model = AutoModelForCausalLM.from_pretrained(
+        name, dtype=dtype, local_files_only=_offline(), use_safetensors=True
+    )
     if model.config.model_type != "qwen3":
         raise ValueError(f"{name}: model_type {model.config.model_type!r} is not supported; only qwen3 is")
     return model.to(device).eval()

@@ -13,7 +13,9 @@ from specbatch.openai.app import build_app
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specbatch.openai", description=__doc__)
     parser.add_argument("--grpc-url", default="localhost:8001", help="tritonserver's gRPC endpoint")
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default loopback; 0.0.0.0 for every interface)"
+    )
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument(
         "--model-name",

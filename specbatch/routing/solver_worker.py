@@ -2,7 +2,7 @@
 
 Runs as ``python -m specbatch.routing.solver_worker`` under :mod:`.solver_pool`, which
 kills it when a solve overruns its time limit — the only way to stop pure-Python work
-that has gone exponential. It speaks line-delimited JSON on stdin/stdout (no pickle:
+that has gone exponential. It speaks line-delimited JSON on stdin/stdout (no object serialisation:
 the channel carries text and nothing else), ignores SIGINT (a Ctrl-C to the server's
 process group is the server's to handle) and exits when its parent is gone, so a
 crashed server leaves no solver behind.

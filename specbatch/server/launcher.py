@@ -4,6 +4,11 @@ Picks the model-config variant for the machine (two GPUs: the production config;
 one GPU: gpu1; none: cpu on the embedded tiny pair, built on first use), starts the
 server over both repositories, waits until it is ready, prints how to call it, and
 forwards SIGINT/SIGTERM so in-flight requests finish before it exits.
+
+Safe by default: every endpoint binds to loopback unless `host` says otherwise, and
+Triton's administrative APIs (model repository and control, shared memory, logging,
+trace) answer only requests carrying the admin key (SPECBATCH_ADMIN_KEY, or a random
+key for this run), which the launcher keeps in `TritonProcess.options.admin_key`.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import signal
 from pathlib import Path
 
+from specbatch.server.admin import ADMIN_HEADER
 from specbatch.server.openai_process import OpenAIFrontProcess
 from specbatch.server.process import Ports, ServerOptions, TritonProcess
 
@@ -72,6 +78,8 @@ def usage_banner(
         f"  gRPC     {public_host}:{ports.grpc}          (ModelStreamInfer)\n"
         f"  metrics  http://{public_host}:{ports.metrics}/metrics\n"
         f"{openai}"
+        f"  admin    model repository, shared memory, logging and trace APIs need the header\n"
+        f"           {ADMIN_HEADER}: <SPECBATCH_ADMIN_KEY> (unset: a random key, so they stay closed)\n"
         f"try:\n"
         f"  curl -s -X POST http://{public_host}:{ports.http}/v2/models/specbatch/generate \\\n"
         f'    -d \'{{"text_input": ["Instruction: Name three colours.\\nQuestion: \\nGeneration:"], '
@@ -82,7 +90,7 @@ def usage_banner(
 def serve(
     config: str = "auto",
     ports: Ports | None = None,
-    host: str = "0.0.0.0",
+    host: str = "127.0.0.1",
     log_verbose: int = 0,
     openai_port: int | None = 9000,
 ) -> int:

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 class OpenAIFrontProcess:
     """`python -m specbatch.openai` forwarding to the server's gRPC endpoint."""
 
-    def __init__(self, grpc_url: str, port: int, host: str = "0.0.0.0", *extra_args: str) -> None:
+    def __init__(self, grpc_url: str, port: int, host: str = "127.0.0.1", *extra_args: str) -> None:
         self.grpc_url = grpc_url
         self.port = port
         self.host = host

@@ -18,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specbatch.server.admin import RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
 
 logger = logging.getLogger(__name__)
@@ -43,16 +44,21 @@ class Ports:
 
 @dataclass
 class ServerOptions:
-    """What varies between a production start and a test start."""
+    """What varies between a production start and a test start.
+
+    The endpoints bind to loopback unless `host` says otherwise, and the administrative
+    APIs always need `admin_key` (SPECBATCH_ADMIN_KEY, else random for this server).
+    """
 
     root: Path
     config_name: str | None = None
     ports: Ports = field(default_factory=Ports)
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     exit_timeout_s: int = 30
     log_verbose: int = 0
     env: dict[str, str] = field(default_factory=dict)
     only_model: str | None = None
+    admin_key: str = field(default_factory=admin_key, repr=False)
 
     def arguments(self) -> list[str]:
         """Both repositories, or with `only_model` that one model alone (explicit model control)."""
@@ -71,6 +77,7 @@ class ServerOptions:
             *repositories,
             f"--http-address={self.host}",
             f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
             f"--http-port={self.ports.http}",
             f"--grpc-port={self.ports.grpc}",
             f"--metrics-port={self.ports.metrics}",
@@ -78,6 +85,7 @@ class ServerOptions:
             "--metrics-config=histogram_latencies=true",
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--log-verbose={self.log_verbose}",
+            *restriction_arguments(self.admin_key),
         ]
         if self.config_name:
             args.append(f"--model-config-name={self.config_name}")
@@ -109,6 +117,10 @@ class TritonProcess:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.options.ports.metrics}/metrics"
 
+    def repository(self) -> RepositoryClient:
+        """The model-repository API of this server, with its admin key."""
+        return RepositoryClient(self.http_url, self.options.admin_key)
+
     def start(self, log_path: Path | None = None) -> None:
         """Launch the server; its output goes to `log_path` (else inherited)."""
         command = self.installation.command(*self.options.arguments())
@@ -116,7 +128,7 @@ class TritonProcess:
         env.update(self.options.env)
         self.log_path = log_path
         output = open(log_path, "ab") if log_path else None  # noqa: SIM115 - owned by the child
-        logger.info("starting %s", " ".join(command))
+        logger.info("starting %s", " ".join(command).replace(self.options.admin_key, "<admin key>"))
         self.process = subprocess.Popen(
             command,
             env=env,
