@@ -9,7 +9,7 @@ PROFILE ?= loadtest/profiles/smoke.yaml
 AIPERF_VENV ?= .venv-aiperf
 AIPERF_STAMP := $(AIPERF_VENV)/.aiperf-installed
 
-.PHONY: setup models serve test lint bench loadtest aiperf clean
+.PHONY: setup models serve test fuzz lint bench loadtest aiperf clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ serve: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# The property-based fuzz of the HTTP and gRPC inputs at length: fresh random examples each run.
+FUZZ_EXAMPLES ?= 400
+fuzz: setup
+	SPECBATCH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SPECBATCH_FUZZ_RANDOM=1 $(BIN)/pytest -q tests/integration/test_fuzz.py
 
 lint: setup
 	$(BIN)/ruff check .
