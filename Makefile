@@ -32,7 +32,7 @@ test: setup
 	$(BIN)/pytest -q
 
 # The property-based fuzz of the HTTP and gRPC inputs at length: fresh random examples each run.
-FUZZ_EXAMPLES ?= 400
+FUZZ_EXAMPLES ?= 2000
 fuzz: setup
 	SPECBATCH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SPECBATCH_FUZZ_RANDOM=1 $(BIN)/pytest -q tests/integration/test_fuzz.py
 
