@@ -152,12 +152,20 @@ class Tensor:
     datatype: str
     array: np.ndarray
 
+    def __repr__(self) -> str:
+        values = repr(self.array.tolist())
+        shown = values if len(values) <= 300 else f"{values[:300]}... ({len(values)} chars)"
+        return f"Tensor({self.name!r}, {self.datatype}, shape={list(self.array.shape)}, {shown})"
+
 
 def _bytes_tensor(name: str, values: list[bytes], shape: tuple[int, ...] | None = None) -> Tensor:
     array = np.array(values, dtype=np.object_)
     return Tensor(name, "BYTES", array.reshape(shape or (1, len(values))))
 
 
+# Faults that replace text_input's datatype or shape: applied after those that change its
+# prompts, which rebuild it from them.
+SHAPE_FAULTS = ("prompt-dtype", "prompt-1d", "prompt-3d", "batch-2", "no-prompts")
 non_utf8 = st.builds(lambda head, tail: head + b"\xff" + tail, st.binary(max_size=16), st.binary(max_size=16))
 
 
@@ -186,7 +194,7 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
             unique=True,
         )
     )  # fmt: skip
-    for fault in faults:
+    for fault in sorted(faults, key=lambda fault: fault in SHAPE_FAULTS):
         if fault == "prompt-dtype":
             datatype, dtype = draw(
                 st.sampled_from([("INT32", np.int32), ("FP32", np.float32), ("BOOL", np.bool_)])
@@ -195,7 +203,8 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
             problems.append(Problem(("text_input",), REQUEST))
         elif fault == "prompt-1d":
             tensors["text_input"] = _bytes_tensor("text_input", prompts, (len(prompts),))
-            problems.append(Problem(("text_input",), REQUEST))
+            # Triton reads [N] as N batch entries: it may name another input's batch size first.
+            problems.append(Problem(("text_input", "batch size"), REQUEST))
         elif fault == "prompt-3d":
             tensors["text_input"] = _bytes_tensor("text_input", prompts, (1, len(prompts), 1))
             problems.append(Problem(("text_input",), REQUEST))
@@ -266,10 +275,9 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
                 "task_override", [draw(st.sampled_from([b"poetry", b"\xff"]))]
             )
             problems.append(Problem(("task override",), PROMPT))
-        elif fault == "no-text-input":
-            del tensors["text_input"]
-            problems.append(Problem(("text_input",), REQUEST))
-    if "text_input" not in tensors:
+    if "no-text-input" in faults:
+        # Applied last, whatever the other faults did to text_input: the request has none.
+        del tensors["text_input"]
         problems = [problem for problem in problems if problem.scope == REQUEST]
         problems.append(Problem(("text_input",), REQUEST))
     return Drawn(list(tensors.values()), len(prompts), problems)
