@@ -18,6 +18,8 @@ REQUEST, PROMPT, UPSTREAM_JSON, UPSTREAM_COUNT = "request", "prompt", "upstream-
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Over the tiny pair's 4096-token context whatever the tokenizer does, and cheap to route.
 HUGE_CHARS = 40_000
+# Over the scheduler's bytes-per-prompt limit (1 MiB).
+OVERSIZED_BYTES = (1 << 20) + 1
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,9 @@ def http_bodies(draw: st.DrawFn) -> Drawn:
     (the pipeline must refuse it, naming it) or wrong in JSON type (Triton's parser refuses it)."""
     body: dict = {}
     problems: list[Problem] = []
-    shape = draw(st.sampled_from(["one", "list", "blank", "empty-list", "huge", "wrong-type", "missing"]))
+    shape = draw(
+        st.sampled_from(["one", "list", "blank", "empty-list", "huge", "oversized", "wrong-type", "missing"])
+    )
     count = 1
     if shape == "one":
         body["text_input"] = draw(good_prompt)
@@ -80,6 +84,9 @@ def http_bodies(draw: st.DrawFn) -> Drawn:
     elif shape == "huge":
         body["text_input"] = "word " * (HUGE_CHARS // 5)
         problems.append(Problem(("context",), PROMPT))
+    elif shape == "oversized":
+        body["text_input"] = "w" * OVERSIZED_BYTES
+        problems.append(Problem(("bytes",), PROMPT))
     elif shape == "wrong-type":
         body["text_input"] = draw(
             st.one_of(st.integers(), wrong_json_types, st.lists(st.integers(), min_size=1))
@@ -179,6 +186,8 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
         "max_tokens": Tensor("max_tokens", "INT32", np.array([[2]], dtype=np.int32)),
     }
     problems: list[Problem] = []
+    # A later fault on the same sampling input replaces the earlier one's tensor and problem.
+    param_problems: dict[str, Problem] = {}
     faults = draw(
         st.lists(
             st.sampled_from(
@@ -186,7 +195,7 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
                     "none", "prompt-dtype", "prompt-1d", "prompt-3d", "batch-2", "no-prompts",
                     "non-utf8", "blank", "huge", "param-dtype", "param-shape", "param-value",
                     "unknown-input", "chat-history", "stop-words", "exclude-input", "task-override",
-                    "no-text-input",
+                    "no-text-input", "oversized",
                 ]
             ),
             min_size=1,
@@ -226,6 +235,10 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
             prompts[draw(st.integers(0, len(prompts) - 1))] = b"word " * (HUGE_CHARS // 5)
             tensors["text_input"] = _bytes_tensor("text_input", prompts)
             problems.append(Problem(("context",), PROMPT))
+        elif fault == "oversized":
+            prompts[draw(st.integers(0, len(prompts) - 1))] = b"w" * OVERSIZED_BYTES
+            tensors["text_input"] = _bytes_tensor("text_input", prompts)
+            problems.append(Problem(("bytes",), PROMPT))
         elif fault == "param-dtype":
             name, datatype, dtype = draw(
                 st.sampled_from(
@@ -235,10 +248,10 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
                 )
             )  # fmt: skip
             tensors[name] = Tensor(name, datatype, np.ones((1, 1), dtype=dtype))
-            problems.append(Problem((name,), REQUEST))
+            param_problems[name] = Problem((name,), REQUEST)
         elif fault == "param-shape":
             tensors["stream"] = Tensor("stream", "BOOL", np.zeros((1, 2), dtype=np.bool_))
-            problems.append(Problem(("stream",), REQUEST))
+            param_problems["stream"] = Problem(("stream",), REQUEST)
         elif fault == "param-value":
             name, value, dtype = draw(
                 st.sampled_from(
@@ -252,7 +265,7 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
             tensors[name] = Tensor(
                 name, "INT32" if dtype is np.int32 else "FP32", np.array([[value]], dtype=dtype)
             )
-            problems.append(Problem((name,), PROMPT))
+            param_problems[name] = Problem((name,), PROMPT)
         elif fault == "unknown-input":
             name = draw(st.sampled_from(["bogus", "text", "routed_task", "predicted_tokens"]))
             tensors[name] = Tensor(name, "INT32", np.zeros((1, 1), dtype=np.int32))
@@ -275,6 +288,7 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
                 "task_override", [draw(st.sampled_from([b"poetry", b"\xff"]))]
             )
             problems.append(Problem(("task override",), PROMPT))
+    problems += param_problems.values()
     if "no-text-input" in faults:
         # Applied last, whatever the other faults did to text_input: the request has none.
         del tensors["text_input"]
