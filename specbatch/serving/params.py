@@ -42,9 +42,15 @@ def decode_stop_words(raw: Sequence[bytes | str] | None) -> tuple[str, ...]:
     """The request's stop strings (the TensorRT-LLM `stop_words` input); empty entries are ignored."""
     if raw is None:
         return ()
-    words = tuple(
-        w for w in (v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in raw) if w
-    )
+    decoded = []
+    for index, value in enumerate(raw):
+        if isinstance(value, bytes):
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RequestError(f"stop_words[{index}] is not valid UTF-8 (byte {exc.start})") from None
+        decoded.append(str(value))
+    words = tuple(w for w in decoded if w)
     if len(words) > MAX_STOP_STRINGS or any(len(w) > MAX_STOP_CHARS for w in words):
         raise RequestError(
             f"stop_words: at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters"
@@ -127,8 +133,8 @@ def sampling_params(
     if tokens > limits.max_tokens_cap:
         raise PromptError(f"max_tokens={tokens} exceeds this server's cap of {limits.max_tokens_cap}")
     temp = limits.default_temperature if temperature is None else float(temperature)
-    if math.isnan(temp) or temp < 0:
-        raise PromptError(f"temperature must be a number >= 0, got {temp}")
+    if not math.isfinite(temp) or temp < 0:
+        raise PromptError(f"temperature must be a finite number >= 0, got {temp}")
     p = 1.0 if top_p is None else float(top_p)
     if math.isnan(p) or not 0 < p <= 1:
         raise PromptError(f"top_p must lie in (0, 1], got {p}")

@@ -21,6 +21,17 @@ def required_array(request, name: str) -> np.ndarray:
     return array
 
 
+def one_batch_entry(request, name: str) -> np.ndarray:
+    """A required input of a max_batch_size > 0 model that must be one entry of shape [1, N]."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        raise ValueError(f"input '{name}' is required")
+    array = tensor.as_numpy()
+    if array.ndim != 2 or array.shape[0] != 1:
+        raise ValueError(f"input '{name}' must be one batch entry of shape [1, N], got {list(array.shape)}")
+    return array.reshape(-1)
+
+
 def arrays_of(request, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Every input in `names` that the request carries."""
     arrays = {}

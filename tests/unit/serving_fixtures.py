@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.decoding import Engine, ModelPair, load_model_pair
+from specbatch.routing import solve_graph
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.serving.instance.runner import InstanceRunner
-from specbatch.serving.params import ServingLimits
+from specbatch.serving.params import PromptError, ServingLimits
 from specbatch.serving.scheduler.core import CoreSettings, SchedulerCore, SchedulerEvents
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
-from specbatch.serving.scheduler.setup import graph_solver
 from specbatch.serving.scheduler.tokens import load_token_counter
 from specbatch.serving.wire import (
     RowOutcome,
@@ -173,7 +173,7 @@ class Cluster:
         self.core = SchedulerCore(
             self.intake,
             AdmissionPolicy(admission or AdmissionConfig(queue_limit=queue_limit)),
-            graph_solver(WAIT_S),
+            solve_inline,
             settings=CoreSettings(generation_mode="speculative", fallback_tokens=4),
             events=events,
         )
@@ -267,3 +267,11 @@ def run_cluster(pair: ModelPair | None, directory: Path, scenario: Callable, **o
             cluster.close()
 
     asyncio.run(main())
+
+
+async def solve_inline(text: str) -> str:
+    """The graph solver on the caller's thread: enough for tests of the core's flow."""
+    try:
+        return solve_graph(text)
+    except ValueError as exc:
+        raise PromptError(f"graph prompt: {exc}") from None

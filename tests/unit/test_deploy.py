@@ -167,11 +167,12 @@ def test_the_dashboard_covers_what_a_user_watches():
         "specbatch_tpot_seconds_bucket",
         "specbatch_e2e_seconds_bucket",
         "specbatch_queue_depth",
-        "specbatch_batch_size",
+        "specbatch_running_rows",
+        "specbatch_rows_allowed",
         "specbatch_accepted_draft_tokens_total",
         "specbatch_lookahead",
-        "specbatch_free_kv_tokens",
-        "specbatch_worker_errors_total",
+        "specbatch_free_kv_blocks",
+        "specbatch_instance_failures_total",
     ):
         assert needed in read, needed
     for panel in board["panels"]:

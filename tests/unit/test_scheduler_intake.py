@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from specbatch.routing import solve_graph
+from specbatch.routing import GraphSolverPool, solve_graph
 from specbatch.serving.params import PromptError, RequestError, ServingLimits
 from specbatch.serving.scheduler.intake import (
     MAX_PROMPT_BYTES,
@@ -154,8 +154,13 @@ def test_a_graph_without_a_path_fails_with_a_clear_message():
         make_intake(), RoutedRequest(prompts=[unreachable], tasks=["graph"], predicted_tokens=[1])
     )
     assert errors == [] and job.prepared.kind == SOLVE
+
+    async def solve() -> str:
+        async with GraphSolverPool(workers=1, timeout_s=30.0) as pool:
+            return await graph_solver(pool)(unreachable)
+
     with pytest.raises(PromptError, match="graph prompt: no path from node 0 to node 2"):
-        asyncio.run(graph_solver(30.0)(unreachable))
+        asyncio.run(solve())
 
 
 def test_malformed_requests_raise():

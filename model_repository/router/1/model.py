@@ -11,7 +11,7 @@ from specbatch.serving.router.routing import PromptRouter
 from specbatch.serving.wire import strings
 from specbatch.triton import logs
 from specbatch.triton.metrics import MetricRegistry
-from specbatch.triton.tensors import error_response, optional_array, required_array, response
+from specbatch.triton.tensors import error_response, one_batch_entry, optional_array, response
 
 
 class TritonPythonModel:
@@ -26,7 +26,7 @@ class TritonPythonModel:
 
     def _serve(self, request):
         try:
-            prompts = required_array(request, "text_input").tolist()
+            prompts = one_batch_entry(request, "text_input").tolist()
             overrides = optional_array(request, "task")
             routes = self.router.route(prompts, None if overrides is None else overrides.tolist())
         except ValueError as exc:

@@ -41,11 +41,13 @@ class TritonPythonModel:
     def initialize(self, args):
         logs.install()
         settings = ModelSettings(json.loads(args["model_config"]), project_root(args["model_repository"]))
-        self.core = build_core(settings, SchedulerMetrics(build_sla(settings)))
+        self.core, solver = build_core(settings, SchedulerMetrics(build_sla(settings)))
         self.loop = SchedulerLoop(
             self.core,
             InstanceHub(self.core, socket_path()),
+            solver,
             settings.number("cancel_poll_ms", 100.0) / 1000.0,
+            settings.number("shutdown_drain_s", 20.0),
         )
         self.loop.start()
 

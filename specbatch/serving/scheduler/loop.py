@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from specbatch.routing import GraphSolverPool
 from specbatch.serving.scheduler.core import SchedulerCore
 from specbatch.serving.scheduler.hub import InstanceHub
 
@@ -27,9 +28,15 @@ logger = logging.getLogger(__name__)
 
 class SchedulerLoop:
     def __init__(
-        self, core: SchedulerCore, hub: InstanceHub, cancel_poll_s: float = 0.1, drain_s: float = 20.0
+        self,
+        core: SchedulerCore,
+        hub: InstanceHub,
+        solver: GraphSolverPool,
+        cancel_poll_s: float = 0.1,
+        drain_s: float = 20.0,
     ) -> None:
         self._core = core
+        self._solver = solver
         self._drain_s = drain_s
         self._hub = hub
         self._cancel_poll_s = cancel_poll_s
@@ -73,6 +80,7 @@ class SchedulerLoop:
 
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
+        await self._solver.start()
         await self._hub.start()
         self._ready.set()
         try:
@@ -89,6 +97,7 @@ class SchedulerLoop:
         finally:
             await self._drain()
             await self._hub.stop()
+            await self._solver.close()
 
     async def _drain(self) -> None:
         self._guarded(self._core.begin_shutdown)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
-from specbatch.routing import solve_graph
+from specbatch.routing import GraphSolverPool, GraphTimeoutError, SolverBusyError
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
 from specbatch.serving.latency import SlaTargets
 from specbatch.serving.params import PromptError, ServingLimits
@@ -59,21 +58,25 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     )
 
 
-def graph_solver(timeout_s: float) -> SolveGraph:
-    """Solve on a worker thread, never on the scheduler's loop, within ``timeout_s``."""
+def graph_solver(pool: GraphSolverPool) -> SolveGraph:
+    """Solve in the pool's worker processes, never on the scheduler's loop; a prompt
+    over the time limit or the size limits fails alone, a full pool fails it as overload."""
 
     async def solve(text: str) -> str:
         try:
-            return await asyncio.wait_for(asyncio.to_thread(solve_graph, text), timeout_s)
-        except asyncio.TimeoutError:
-            raise PromptError(f"the graph took longer than {timeout_s:g} s to solve") from None
+            return await pool.solve(text)
+        except GraphTimeoutError as exc:
+            raise PromptError(str(exc)) from None
         except ValueError as exc:
             raise PromptError(f"graph prompt: {exc}") from None
+        except SolverBusyError as exc:
+            raise PromptError(f"the server is overloaded: {exc}") from None
 
     return solve
 
 
-def build_core(settings: ModelSettings, events: SchedulerEvents) -> SchedulerCore:
+def build_core(settings: ModelSettings, events: SchedulerEvents) -> tuple[SchedulerCore, GraphSolverPool]:
+    """The core, and the graph solver pool the scheduler's loop starts and closes."""
     count_tokens, max_context, render_chat = load_token_counter(settings.model_path("target_model"))
     intake = RequestIntake(
         build_limits(settings),
@@ -83,13 +86,18 @@ def build_core(settings: ModelSettings, events: SchedulerEvents) -> SchedulerCor
         render_chat,
         stream_interval_s=settings.number("stream_interval_ms", 50.0) / 1000.0,
     )
-    return SchedulerCore(
+    pool = GraphSolverPool(
+        workers=settings.integer("graph_workers", 2),
+        timeout_s=settings.number("graph_timeout_ms", 2000.0) / 1000.0,
+    )
+    core = SchedulerCore(
         intake,
         build_admission(settings),
-        graph_solver(settings.number("graph_timeout_ms", 2000.0) / 1000.0),
+        graph_solver(pool),
         settings=CoreSettings(
             generation_mode=settings.raw("generation_mode", "speculative"),
             fallback_tokens=settings.integer("fallback_tokens", 4),
         ),
         events=events,
     )
+    return core, pool
