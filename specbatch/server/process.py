@@ -7,6 +7,7 @@ stop by process id that lets in-flight requests finish.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -174,17 +175,24 @@ class TritonProcess:
         raise ServerStartError(f"tritonserver not ready after {timeout_s:.0f}s\n{self.log_tail()}")
 
     def stop(self, timeout_s: float | None = None) -> int | None:
-        """SIGTERM (Triton drains in-flight requests), then SIGKILL if it outlives the timeout."""
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL if it outlives the timeout;
+        then SIGKILL any of its stub processes that outlived it, so nothing it started stays."""
         if self.process is None or self.process.poll() is not None:
             return self._returncode()
+        stubs = list(self.stub_pids().values())
         timeout_s = timeout_s if timeout_s is not None else self.options.exit_timeout_s + 15
         os.kill(self.process.pid, signal.SIGTERM)
         try:
-            return self.process.wait(timeout=timeout_s)
+            code = self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             logger.warning("tritonserver %d did not stop in %.0fs; killing it", self.process.pid, timeout_s)
             os.kill(self.process.pid, signal.SIGKILL)
-            return self.process.wait()
+            code = self.process.wait()
+        for pid in stubs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                logger.warning("stub process %d outlived tritonserver; killed it", pid)
+        return code
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log_path or not self.log_path.exists():
