@@ -15,8 +15,9 @@ admission decisions, taken per instance whenever it reports its state:
   client's own deadline) minus its predicted service time. A prompt whose SLA is
   already lost is served after those that can still make theirs, and a prompt that
   waited ``starvation_s`` goes first, so no bin and no prompt starves. When the head
-  of the order does not fit an instance's free memory, the best prompt of a shorter
-  bin that fits goes instead.
+  of the order does not fit an instance's free memory, the next prompt in the order
+  that fits goes instead (in practice one of a shorter bin). The bins' depths are what
+  the metrics report per bin.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
   estimated capacity (rows they may run ÷ seconds a row takes), never more than
   ``queue_limit`` nor fewer than ``queue_min`` prompts, and a prompt past that is
@@ -161,11 +162,12 @@ class AdmissionPolicy:
     def shed(self, now_s: float) -> list[QueuedRequest]:
         """Queued prompts whose client deadline has passed or can no longer be met: fail them now."""
         shed = []
+        tpot = self._tpot_estimate()
         for key, (_, request) in list(self._queued.items()):
             if request.deadline_s is None:
                 continue
             if request.deadline_s <= now_s or (
-                self.config.shed_deadlines and now_s + self._service_s(request) > request.deadline_s
+                self.config.shed_deadlines and now_s + self._service_s(request, tpot) > request.deadline_s
             ):
                 del self._queued[key]
                 shed.append(request)
@@ -174,10 +176,11 @@ class AdmissionPolicy:
     def next_wakeup_s(self, now_s: float) -> float | None:
         """The next moment the order or the shedding changes without any event."""
         times = []
+        tpot = self._tpot_estimate()
         for _, request in self._queued.values():
             times.append(request.arrival_s + self.config.starvation_s)
             if request.deadline_s is not None:
-                times.append(request.deadline_s - self._service_s(request))
+                times.append(request.deadline_s - self._service_s(request, tpot))
         future = [t for t in times if t > now_s]
         return min(future) if future else None
 
@@ -272,9 +275,9 @@ class AdmissionPolicy:
             return 0.0
         return self._theta * math.sqrt(self._prediction_error.variance * rows)
 
-    def _service_s(self, request: QueuedRequest) -> float:
-        """Predicted seconds from start to last token."""
-        return self._prefill_s(request) + request.predicted_tokens * self._tpot_estimate()
+    def _service_s(self, request: QueuedRequest, tpot: float) -> float:
+        """Predicted seconds from start to last token at ``tpot`` seconds per token."""
+        return self._prefill_s(request) + request.predicted_tokens * tpot
 
     def _prefill_s(self, request: QueuedRequest) -> float:
         return request.input_tokens / self.config.prefill_tokens_per_s
@@ -296,15 +299,14 @@ class AdmissionPolicy:
             waited = now_s - request.arrival_s
             if waited >= cfg.starvation_s:
                 return (0, request.arrival_s)
-            prefill = self._prefill_s(request)
-            slack = request.arrival_s + cfg.ttft_sla_s - now_s - prefill
+            service = self._service_s(request, tpot)
             finish_budget = cfg.ttft_sla_s + request.predicted_tokens * cfg.tpot_sla_s
             slack = min(
-                slack,
-                request.arrival_s + finish_budget - now_s - prefill - request.predicted_tokens * tpot,
+                request.arrival_s + cfg.ttft_sla_s - now_s - self._prefill_s(request),
+                request.arrival_s + finish_budget - now_s - service,
             )
             if request.deadline_s is not None:
-                slack = min(slack, request.deadline_s - now_s - prefill - request.predicted_tokens * tpot)
+                slack = min(slack, request.deadline_s - now_s - service)
             return (1, slack) if slack >= 0 else (2, request.arrival_s)
 
         return sorted(requests, key=priority)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 ENV = "SPECBATCH_FAULT_INJECTION"
-WHERE = ("scheduler", "instance", "reply")
 
 
 class InjectedFault(RuntimeError):

@@ -36,7 +36,6 @@ _HEADER = struct.Struct(">I")
 
 GENERATE, SCORE = "generate", "score"
 AMBIGUOUS = "ambiguous"  # the router's task for a prompt only the draft model can place
-MODES = ("speculative", "target_only", "draft_only")
 
 
 class WireError(RuntimeError):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 GRAPH_PROMPT = (
     "You are given a directed graph with 5 nodes (numbered 0 to 4) and the following edges:\n"
@@ -124,3 +127,28 @@ class GrpcStream:
     def close(self, cancel: bool = False) -> None:
         self.client.stop_stream(cancel_requests=cancel)
         self.client.close()
+
+
+@contextlib.contextmanager
+def running_server(log: Path, env: dict[str, str], exit_timeout_s: int = 10) -> Iterator:
+    """The whole pipeline (cpu config, tiny pair) on free loopback ports with ``env``;
+    stopped by its process id, with its stub processes, whatever happens."""
+    from specbatch.server.process import Ports, ServerOptions, TritonProcess
+
+    root = Path(__file__).resolve().parents[2]
+    options = ServerOptions(
+        root=root,
+        config_name="cpu",
+        ports=Ports.free(),
+        host="127.0.0.1",
+        exit_timeout_s=exit_timeout_s,
+        env=env,
+    )
+    process = TritonProcess(options)
+    process.start(log)
+    try:
+        process.wait_ready(timeout_s=300)
+        yield process
+    finally:
+        process.stop()
+        print(f"tritonserver log: {log}")

@@ -13,14 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import INFOBENCH_PROMPT, metric_values, scrape
+from helpers import INFOBENCH_PROMPT, metric_values, running_server, scrape
 from specbatch_client import GenerationOptions, ServerError, SpecbatchClient
-
-from specbatch.server.process import Ports, ServerOptions, TritonProcess
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 SHORT = GenerationOptions(max_tokens=8)
 
 
@@ -62,13 +59,7 @@ def test_a_reply_that_cannot_be_built_is_answered_with_the_error(server):
 def test_sigterm_with_requests_in_flight_answers_them_and_exits_within_the_timeout(
     tiny_pair_dir: Path, tmp_path: Path
 ):
-    options = ServerOptions(
-        root=ROOT, config_name="cpu", ports=Ports.free(), host="127.0.0.1", exit_timeout_s=15
-    )
-    process = TritonProcess(options)
-    process.start(tmp_path / "server.log")
-    try:
-        process.wait_ready(timeout_s=300)
+    with running_server(tmp_path / "server.log", {}, exit_timeout_s=15) as process:
         client = SpecbatchClient(process.http_url)
         client.generate([INFOBENCH_PROMPT], SHORT)  # warm
         started = threading.Barrier(5)
@@ -85,9 +76,7 @@ def test_sigterm_with_requests_in_flight_answers_them_and_exits_within_the_timeo
             started.wait()
             process.process.send_signal(signal.SIGTERM)
             results = [future.result(timeout=120) for future in futures]
-        returncode = process.process.wait(timeout=options.exit_timeout_s + 15)
-    finally:
-        process.stop()
+        returncode = process.process.wait(timeout=15 + 15)
     assert returncode is not None
     for answer, error in results:
         # served in full, or refused/answered as the server stopped: never left hanging

@@ -16,42 +16,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import INFOBENCH_PROMPT, GrpcStream
+from helpers import INFOBENCH_PROMPT, GrpcStream, running_server
 from specbatch_client import GenerationOptions, ServerError, SpecbatchClient
 
-from specbatch.server.process import Ports, ServerOptions, TritonProcess
+from specbatch.server.process import TritonProcess
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 LONG = GenerationOptions(max_tokens=160, temperature=0.0)
 INSTANCES = {"qwen3_specdec_0_0", "qwen3_specdec_0_1"}
 
 
 @pytest.fixture(scope="module")
 def small_server(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
-    options = ServerOptions(
-        root=ROOT,
-        config_name="cpu",
-        ports=Ports.free(),
-        host="127.0.0.1",
-        exit_timeout_s=10,
-        env={
-            "SPECBATCH_BATCH_SIZE_MAX": "2",
-            "SPECBATCH_QUEUE_LIMIT": "4",
-            "SPECBATCH_QUEUE_MIN": "4",
-            "SPECBATCH_MAX_TOKENS_CAP": "512",
-        },
-    )
-    process = TritonProcess(options)
-    log = tmp_path_factory.mktemp("triton-instances") / "server.log"
-    process.start(log)
-    try:
-        process.wait_ready(timeout_s=300)
+    env = {
+        "SPECBATCH_BATCH_SIZE_MAX": "2",
+        "SPECBATCH_QUEUE_LIMIT": "4",
+        "SPECBATCH_QUEUE_MIN": "4",
+        "SPECBATCH_MAX_TOKENS_CAP": "512",
+    }
+    with running_server(tmp_path_factory.mktemp("triton-instances") / "server.log", env) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"tritonserver log: {log}")
 
 
 def generate(server: TritonProcess, prompt: str = INFOBENCH_PROMPT, options: GenerationOptions = LONG):

@@ -33,13 +33,12 @@ from specbatch.serving.wire import (
     decode,
     encode,
     load_from_dict,
-    load_to_dict,
     outcome_from_dict,
 )
 
 WAIT_S = 120.0  # generous: the machine running the tests may be busy with other work
 LONG_ROW_TOKENS = 1500  # a row that is certainly still running when a test acts on it
-IDLE_LOAD = load_to_dict(InstanceLoad(blocks_total=256, blocks_free=256, block_size=16))
+IDLE_LOAD = InstanceLoad(blocks_total=256, blocks_free=256, block_size=16)
 
 
 @functools.cache
@@ -198,7 +197,7 @@ class Cluster:
     def join_scripted(self, name: str, load: InstanceLoad | None = None) -> None:
         """An instance the test plays itself: the core's messages are only recorded, and the
         test answers with ``self.core.instance_step/instance_done``."""
-        load = load or load_from_dict(IDLE_LOAD)
+        load = load or IDLE_LOAD
         self.core.instance_joined(name, load, _Channel(self, name, None))
 
     def lose(self, name: str) -> None:
@@ -248,11 +247,12 @@ class Cluster:
         if name in self.dead or (message["type"] == "done" and name in self._muted):
             return
         self.reported[name].append(message)
+        load = load_from_dict(message["load"])
         if message["type"] == "step":
-            self.core.instance_step(name, message)
+            self.core.instance_step(name, message["first"], message["deltas"], load)
         elif message["type"] == "done":
             outcome = outcome_from_dict(message["outcome"])
-            self.core.instance_done(name, int(message["row"]), outcome, message["load"])
+            self.core.instance_done(name, int(message["row"]), outcome, load)
         self._changed.set()
 
 

@@ -78,12 +78,9 @@ class _InstanceState:
     rows: list[_Row] = field(default_factory=list)
     stepping: bool = False
     last_step_s: float = 0.0
-    steps: int = 0
 
     def held_blocks(self) -> int:
-        return sum(
-            math.ceil((r.queued.input_tokens + r.generated) / self.spec.block_size) for r in self.rows
-        )
+        return sum(math.ceil((r.queued.input_tokens + r.generated) / self.spec.block_size) for r in self.rows)
 
     def load(self) -> InstanceLoad:
         total = self.spec.kv_tokens // self.spec.block_size
@@ -164,7 +161,6 @@ class ContinuousSimulator:
                 continue
             state = states[subject]
             state.stepping = False
-            state.steps += 1
             finished = []
             for row in state.rows:
                 row.generated += 1

@@ -57,7 +57,6 @@ class InstanceRunner:
         self._handles: dict[int, RowHandle] = {}
         self._streams: dict[int, IncrementalDetokenizer] = {}
         self._started: set[int] = set()
-        self._scoring: set[int] = set()
 
     def load(self) -> InstanceLoad:
         """The engine's state; exact from the loop thread, one step old elsewhere."""
@@ -91,7 +90,7 @@ class InstanceRunner:
     # ---- rows -------------------------------------------------------------------------
 
     def _inject_fault(self) -> None:
-        if self._faulty & set(self._handles):
+        if self._faulty and not self._faulty.isdisjoint(self._handles):
             raise InjectedFault(f"{self._name}: injected instance fault")
 
     def _start(self, work: RowWork) -> None:
@@ -124,8 +123,6 @@ class InstanceRunner:
                     )
                 self._handles[work.row] = self._engine.submit(request, self, key=work.row, mode=work.mode)
         except ValueError as exc:
-            with self._lock:
-                self._streams.pop(work.row, None)
             self._done(work.row, RowOutcome.failed(str(exc), reason="error"))
         except Exception as exc:
             logger.exception("%s: starting row %d failed", self._name, work.row)
@@ -153,11 +150,6 @@ class InstanceRunner:
         self._send({"type": "step", "first": first, "deltas": deltas, "load": load_to_dict(self.load())})
 
     def on_finished(self, key: int, result: GenerationResult) -> None:
-        with self._lock:
-            self._handles.pop(key, None)
-            self._streams.pop(key, None)
-            self._started.discard(key)
-            self._faulty.discard(key)
         self._done(key, _outcome(result))
 
     def _scored(self, row: int, scores: ChoiceScores | None, error: str) -> None:
@@ -167,6 +159,12 @@ class InstanceRunner:
             self._done(row, RowOutcome(text=scores.best, finish_reason="stop"))
 
     def _done(self, row: int, outcome: RowOutcome) -> None:
+        """The row's end: forget it, send the text still waiting, then its outcome."""
+        with self._lock:
+            self._handles.pop(row, None)
+            self._streams.pop(row, None)
+            self._started.discard(row)
+            self._faulty.discard(row)
         if self._pending_deltas:
             self._report_step([], time.monotonic())
         outcome = replace(outcome, instance=self._name)

@@ -2,7 +2,7 @@
 
 Everything here runs on the scheduler's one asyncio loop. A request is admitted
 (or refused at once when the queue is full), its prompts become jobs: a graph is
-solved on a worker thread, a prompt the router could not place first runs a short
+solved in a worker process, a prompt the router could not place first runs a short
 draft-model row whose answer picks its task, and mmlu and infobench prompts wait in
 the admission policy's queue. Whenever an instance reports its load — on connecting,
 after every step, with every finished row — the policy chooses which queued prompts
@@ -20,7 +20,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -35,7 +35,7 @@ from specbatch.serving.params import PromptError
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
 from specbatch.serving.scheduler.state import PromptJob, ReplySink, RequestState
 from specbatch.serving.scheduler.tasks import GENERATE, ROUTE, SCORE, SOLVE, parse_task, prepare_prompt
-from specbatch.serving.wire import RowOutcome, RowWork, load_from_dict, work_to_dict
+from specbatch.serving.wire import RowOutcome, RowWork, work_to_dict
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +122,8 @@ class SchedulerCore:
     # ---- requests ---------------------------------------------------------------------
 
     @property
-    def instances(self) -> list[str]:
-        return list(self._channels)
-
-    @property
     def queued(self) -> int:
+        """Prompts waiting in the admission queue."""
         return self._policy.queued
 
     def admit(self, routed: RoutedRequest, reply: ReplySink) -> None:
@@ -198,25 +195,32 @@ class SchedulerCore:
         self._report(name, load)
         self._schedule_or_restart()
 
-    def instance_step(self, name: str, message: dict[str, Any]) -> None:
+    def instance_step(
+        self, name: str, first: Iterable[int], deltas: Iterable[tuple[int, str]], load: InstanceLoad
+    ) -> None:
+        """An instance's step report: rows that produced their first token, streamed text."""
         now = self._clock()
-        for row in message.get("first", ()):
+        for row in first:
             running = self._running.get(row)
             if running is not None:
                 running.job.state.first_token(running.job.index, now)
-        for row, text in message.get("deltas", ()):
+        for row, text in deltas:
             running = self._running.get(row)
             if running is not None:
                 running.job.state.first_token(running.job.index, now)
                 running.job.state.stream_text(running.job.index, running.job.task, text, now)
-        self._report(name, message["load"])
+        self._report(name, load)
         self._schedule_or_restart()
 
-    def instance_done(self, name: str, row: int, outcome: RowOutcome, load: dict[str, Any]) -> None:
+    def instance_done(self, name: str, row: int, outcome: RowOutcome, load: InstanceLoad) -> None:
         running = self._running.pop(row, None)
         if running is not None:
             self._policy.finished(name, running.queued, outcome.num_output_tokens)
-            self._finished_row(running.job, outcome)
+            try:
+                self._finished_row(running.job, outcome)
+            except Exception as exc:  # the prompt still gets its one answer
+                logger.exception("handling the outcome of row %d failed", row)
+                self._settle(running.job, RowOutcome.failed(f"the scheduler failed on this answer: {exc}"))
         self._report(name, load)
         self._schedule_or_restart()
 
@@ -251,8 +255,7 @@ class SchedulerCore:
             self._events.requeued(requeued)
         self._schedule_or_restart()
 
-    def _report(self, name: str, raw_load: dict[str, Any] | InstanceLoad) -> None:
-        load = raw_load if isinstance(raw_load, InstanceLoad) else load_from_dict(raw_load)
+    def _report(self, name: str, load: InstanceLoad) -> None:
         if name not in self._channels:
             return
         self._policy.report(name, load)
@@ -288,6 +291,9 @@ class SchedulerCore:
                 rows.append(work_to_dict(self._work(job, row, now)))
             channel.send({"type": "run", "rows": rows})
             self._events.admitted(name, len(rows))
+
+    def report_queue(self) -> None:
+        """Queue depth per bin to the observer (from the loop's tick, not per event)."""
         self._events.queue_depths(self._policy.depths())
 
     def _schedule_or_restart(self) -> None:
@@ -295,8 +301,7 @@ class SchedulerCore:
         try:
             self.schedule()
         except Exception as exc:
-            logger.exception("scheduling failed; answering every pending prompt and going on")
-            self.restart(f"the scheduler failed while this prompt was pending ({exc}); retry")
+            self.restart(exc)
 
     def next_wakeup_s(self) -> float | None:
         return self._policy.next_wakeup_s(self._clock())
@@ -400,10 +405,7 @@ class SchedulerCore:
                     )
                 elif job.instance is not None and job.row is not None:
                     by_instance.setdefault(job.instance, []).append(job.row)
-            for name, rows in by_instance.items():
-                channel = self._channels.get(name)
-                if channel is not None:
-                    channel.send({"type": "cancel", "rows": rows})
+            self._cancel_rows(by_instance)
 
     @property
     def running_rows(self) -> int:
@@ -425,17 +427,25 @@ class SchedulerCore:
             by_instance.setdefault(running.instance, []).append(row)
             self._policy.finished(running.instance, running.queued, 0)
         self._running.clear()
-        for name, rows in by_instance.items():
-            channel = self._channels.get(name)
-            if channel is not None:
-                channel.send({"type": "cancel", "rows": rows})
+        self._cancel_rows(by_instance)
         for serial in list(self._active):
             for job in self._jobs_of.get(serial, ()):
                 self._policy.cancel(job.key)
                 self._settle(job, RowOutcome.failed(message, task=job.task))
 
-    def restart(self, message: str) -> None:
-        """After a failed tick: answer everything held, keep the instances, go on."""
+    def restart(self, error: Exception) -> None:
+        """After a failed scheduling step: answer everything held, keep the instances, go on."""
+        logger.error(
+            "the scheduler failed (%s); answering every pending prompt and going on", error, exc_info=error
+        )
         self._fault_pending = False
+        message = f"the scheduler failed while this prompt was pending ({error}); retry"
         self.fail_everything(message)
         self._events.restarted(message)
+
+    def _cancel_rows(self, by_instance: dict[str, list[int]]) -> None:
+        """Tell each instance to drop these rows at its next step."""
+        for name, rows in by_instance.items():
+            channel = self._channels.get(name)
+            if channel is not None:
+                channel.send({"type": "cancel", "rows": rows})

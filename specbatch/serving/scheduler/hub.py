@@ -73,6 +73,9 @@ class InstanceHub:
             reason = "its connection closed"
         except (OSError, WireError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
             reason = f"its connection failed: {exc}"
+        except Exception as exc:  # whatever broke, the instance's rows must still be settled
+            logger.exception("serving the connection of instance %s failed", name)
+            reason = f"its connection failed: {exc}"
         finally:
             writer.close()
         if name is not None:
@@ -81,11 +84,12 @@ class InstanceHub:
     def _dispatch(self, name: str, message: dict[str, Any]) -> None:
         kind = message["type"]
         try:
+            load = load_from_dict(message["load"])
             if kind == "step":
-                self._core.instance_step(name, message)
+                self._core.instance_step(name, message["first"], message["deltas"], load)
             elif kind == "done":
                 self._core.instance_done(
-                    name, int(message["row"]), outcome_from_dict(message["outcome"]), message["load"]
+                    name, int(message["row"]), outcome_from_dict(message["outcome"]), load
                 )
             else:
                 logger.warning("instance %s sent an unknown message %r", name, kind)

@@ -71,8 +71,7 @@ class SchedulerLoop:
         try:
             function()
         except Exception as exc:
-            logger.exception("the scheduler loop failed; answering every pending prompt and going on")
-            self._core.restart(f"the scheduler failed while this prompt was pending ({exc}); retry")
+            self._core.restart(exc)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -88,6 +87,7 @@ class SchedulerLoop:
                 self._supervised(self._core.poll_cancellations)
                 self._supervised(self._core.flush_streams)
                 self._supervised(self._core.schedule)
+                self._guarded(self._core.report_queue)
                 timeout = self._cancel_poll_s
                 wake = self._core.next_wakeup_s()
                 if wake is not None:

@@ -10,6 +10,7 @@ is settled.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -18,6 +19,8 @@ from specbatch.serving.latency import PromptTiming
 from specbatch.serving.params import SamplingParams
 from specbatch.serving.scheduler.tasks import PreparedPrompt
 from specbatch.serving.wire import RowOutcome
+
+logger = logging.getLogger(__name__)
 
 
 class ReplySink(Protocol):
@@ -118,7 +121,10 @@ class RequestState:
             self.reply.final(outcomes)
         finally:
             if self._on_settled is not None:
-                self._on_settled(self, outcomes, self.timings())
+                try:
+                    self._on_settled(self, outcomes, self.timings())
+                except Exception:  # bookkeeping (metrics) must not turn into a second answer
+                    logger.exception("recording the settled request %d failed", self.serial)
         return True
 
     def timings(self) -> list[PromptTiming]:
