@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
+from specbatch.decoding import counter_random
+from specbatch.decoding.thresholds import top_k_keep, top_p_keep
+
 
 @dataclass
 class SamplingParams:
@@ -50,30 +53,60 @@ class SamplingParams:
         return SamplingParams(self.temperature[rows], self.top_p[rows], self.top_k[rows])
 
 
-def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Distributions [B, M, V] from logits [B, M, V] under each row's settings."""
+@dataclass(frozen=True)
+class SamplingFeatures:
+    """Which transforms a batch needs at all, known on the host from the requests.
+
+    The step functions branch on these Python flags instead of testing tensors (a
+    ``bool(tensor)`` would wait for the device); a compiler specialises on them, so a
+    greedy batch runs without the filters and a batch without seeded rows without the
+    Gumbel noise."""
+
+    sampled: bool = False  # some row has temperature > 0
+    top_k: bool = False  # some sampled row filters by top-k
+    top_p: bool = False  # some sampled row filters by top-p
+    coupled: bool = False  # some row draws by Gumbel coupling
+
+    @classmethod
+    def of(
+        cls,
+        temperature: Sequence[float],
+        top_p: Sequence[float],
+        top_k: Sequence[int],
+        coupled: Sequence[bool],
+    ) -> SamplingFeatures:
+        sampled = [t > 0 for t in temperature]
+        return cls(
+            sampled=any(sampled),
+            top_k=any(s and k > 0 for s, k in zip(sampled, top_k, strict=True)),
+            top_p=any(s and p < 1 for s, p in zip(sampled, top_p, strict=True)),
+            coupled=any(coupled),
+        )
+
+
+ALL_FEATURES = SamplingFeatures(sampled=True, top_k=True, top_p=True, coupled=True)
+
+
+def probabilities(
+    logits: torch.Tensor, params: SamplingParams, features: SamplingFeatures = ALL_FEATURES
+) -> torch.Tensor:
+    """Distributions [B, M, V] from logits [B, M, V] under each row's settings;
+    ``features`` may leave out transforms no row of the batch uses."""
     compute_dtype = torch.promote_types(logits.dtype, torch.float32)
     logits = logits.to(compute_dtype)
-    vocab = logits.shape[-1]
-    greedy = (params.temperature == 0).view(-1, 1, 1)
     one_hot = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    if bool(greedy.all()):
+    if not features.sampled:
         return one_hot
+    greedy = (params.temperature == 0).view(-1, 1, 1)
     temperature = torch.where(params.temperature > 0, params.temperature, 1.0).to(compute_dtype)
     scaled = logits / temperature.view(-1, 1, 1)
-    top_k = params.top_k.view(-1, 1, 1)
-    if bool((top_k > 0).any()):
-        kth_index = (top_k.clamp(1, vocab) - 1).expand(-1, scaled.shape[1], 1)
-        kth_value = scaled.sort(-1, descending=True).values.gather(-1, kth_index)
-        scaled = scaled.masked_fill((top_k > 0) & (scaled < kth_value), float("-inf"))
+    if features.top_k:
+        top_k = params.top_k.view(-1, 1, 1)
+        scaled = scaled.masked_fill((top_k > 0) & ~top_k_keep(scaled, top_k), float("-inf"))
     probs = torch.softmax(scaled, dim=-1)
-    top_p = params.top_p.to(compute_dtype).view(-1, 1, 1)
-    if bool((top_p < 1).any()):
-        sorted_probs, order = probs.sort(-1, descending=True)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        drop_sorted = (mass_before >= top_p) & (top_p < 1)
-        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
+    if features.top_p:
+        top_p = params.top_p.to(compute_dtype).view(-1, 1, 1)
+        probs = probs.masked_fill((top_p < 1) & ~top_p_keep(probs, top_p), 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return torch.where(greedy, one_hot, probs)
 
@@ -93,3 +126,24 @@ def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     ``probs`` that, for a fixed ``noise``, depends on nothing else (zero-probability
     tokens have log p = -inf and are never chosen)."""
     return (probs.to(torch.float64).log() + noise).argmax(-1)
+
+
+def draw(
+    probs: torch.Tensor,
+    seeds: torch.Tensor,
+    coupled: torch.Tensor,
+    position: torch.Tensor,
+    purpose: int,
+    features: SamplingFeatures,
+) -> torch.Tensor:
+    """One token per row from ``probs`` [B, V] for the token at ``position`` [B]:
+    Gumbel-max for ``coupled`` rows, inverse CDF for the others (the argmax of a
+    one-hot row either way)."""
+    if not features.sampled:
+        return probs.argmax(-1)
+    uniform = counter_random.uniforms(seeds, position.unsqueeze(1), purpose)[:, 0]
+    drawn = sample(probs, uniform)
+    if features.coupled:
+        noise = counter_random.gumbel_noise(seeds, position.unsqueeze(1), probs.shape[-1])
+        drawn = torch.where(coupled, gumbel_argmax(probs.unsqueeze(1), noise)[:, 0], drawn)
+    return drawn
