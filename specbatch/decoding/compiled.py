@@ -24,6 +24,8 @@ COMPILE_MODES = ("none", "default", "cuda_graphs")
 
 # Graphs per step function: networks x batch buckets x widths x spans x sampling
 # features. Dynamo's default limit (8 per function) would fail a fullgraph compile.
+# Its configuration is per thread, so the limit is set around every call (the engine
+# loop runs on its own thread).
 RECOMPILE_LIMIT = 1024
 
 
@@ -53,17 +55,16 @@ class StepFunctions:
     def _wrap(self, function: Callable) -> Callable:
         if self.mode == "none":
             return function
-        config = torch._dynamo.config
-        config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
-        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, RECOMPILE_LIMIT)
-        if self.mode == "default":
-            return torch.compile(function, fullgraph=True, dynamic=False)
-        compiled = torch.compile(function, mode="reduce-overhead", fullgraph=True, dynamic=False)
+        mode = "reduce-overhead" if self.mode == "cuda_graphs" else "default"
+        compiled = torch.compile(function, mode=mode, fullgraph=True, dynamic=False)
 
-        def replay(*args: Any) -> Any:
-            out = compiled(*args)
-            if out is None:
-                return None
-            return tuple(tensor.clone() for tensor in out)
+        def call(*args: Any) -> Any:
+            with torch._dynamo.config.patch(
+                recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT
+            ):
+                out = compiled(*args)
+            if out is None or self.mode == "default":
+                return out
+            return tuple(tensor.clone() for tensor in out)  # a replay overwrites its outputs
 
-        return replay
+        return call
