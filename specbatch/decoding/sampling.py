@@ -57,14 +57,17 @@ class SamplingParams:
 class SamplingFeatures:
     """Which transforms a batch needs at all, known on the host from the requests.
 
-    The step functions branch on these Python flags instead of testing tensors (a
+    The step functions branch on these Python values instead of testing tensors (a
     ``bool(tensor)`` would wait for the device); a compiler specialises on them, so a
     greedy batch runs without the filters and a batch without seeded rows without the
-    Gumbel noise."""
+    Gumbel noise. ``top_k_bound``: 0 (no top-k) or a power of two at least every
+    row's top_k; ``top_p_candidates``: how many tokens top-p must order (the top-k
+    bound when every top-p row also has a top-k, else 0 for the whole vocabulary)."""
 
     sampled: bool = False  # some row has temperature > 0
-    top_k: bool = False  # some sampled row filters by top-k
+    top_k_bound: int = 0
     top_p: bool = False  # some sampled row filters by top-p
+    top_p_candidates: int = 0
     coupled: bool = False  # some row draws by Gumbel coupling
 
     @classmethod
@@ -74,24 +77,30 @@ class SamplingFeatures:
         top_p: Sequence[float],
         top_k: Sequence[int],
         coupled: Sequence[bool],
+        vocab: int,
     ) -> SamplingFeatures:
-        sampled = [t > 0 for t in temperature]
+        rows = [(p, k) for t, p, k in zip(temperature, top_p, top_k, strict=True) if t > 0]
+        largest_k = max((k for _, k in rows), default=0)
+        bound = min(vocab, 1 << (largest_k - 1).bit_length()) if largest_k else 0
+        nucleus = [k for p, k in rows if p < 1]
         return cls(
-            sampled=any(sampled),
-            top_k=any(s and k > 0 for s, k in zip(sampled, top_k, strict=True)),
-            top_p=any(s and p < 1 for s, p in zip(sampled, top_p, strict=True)),
+            sampled=bool(rows),
+            top_k_bound=bound,
+            top_p=bool(nucleus),
+            top_p_candidates=bound if nucleus and all(k > 0 for k in nucleus) else 0,
             coupled=any(coupled),
         )
 
 
-ALL_FEATURES = SamplingFeatures(sampled=True, top_k=True, top_p=True, coupled=True)
-
-
 def probabilities(
-    logits: torch.Tensor, params: SamplingParams, features: SamplingFeatures = ALL_FEATURES
+    logits: torch.Tensor, params: SamplingParams, features: SamplingFeatures | None = None
 ) -> torch.Tensor:
     """Distributions [B, M, V] from logits [B, M, V] under each row's settings;
-    ``features`` may leave out transforms no row of the batch uses."""
+    ``features`` may leave out transforms no row of the batch uses (default: every
+    transform, the whole vocabulary as candidates)."""
+    if features is None:
+        vocab = logits.shape[-1]
+        features = SamplingFeatures(sampled=True, top_k_bound=vocab, top_p=True, coupled=True)
     compute_dtype = torch.promote_types(logits.dtype, torch.float32)
     logits = logits.to(compute_dtype)
     one_hot = torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
@@ -100,13 +109,15 @@ def probabilities(
     greedy = (params.temperature == 0).view(-1, 1, 1)
     temperature = torch.where(params.temperature > 0, params.temperature, 1.0).to(compute_dtype)
     scaled = logits / temperature.view(-1, 1, 1)
-    if features.top_k:
+    if features.top_k_bound:
         top_k = params.top_k.view(-1, 1, 1)
-        scaled = scaled.masked_fill((top_k > 0) & ~top_k_keep(scaled, top_k), float("-inf"))
+        keep = top_k_keep(scaled, top_k, features.top_k_bound)
+        scaled = scaled.masked_fill((top_k > 0) & ~keep, float("-inf"))
     probs = torch.softmax(scaled, dim=-1)
     if features.top_p:
         top_p = params.top_p.to(compute_dtype).view(-1, 1, 1)
-        probs = probs.masked_fill((top_p < 1) & ~top_p_keep(probs, top_p), 0.0)
+        keep = top_p_keep(probs, top_p, features.top_p_candidates)
+        probs = probs.masked_fill((top_p < 1) & ~keep, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return torch.where(greedy, one_hot, probs)
 

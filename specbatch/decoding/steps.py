@@ -143,7 +143,7 @@ class StepRunner:
         )
         seeds = self._tensor([r.seed for r in rows] + [0] * pad, torch.long)
         draws = Draws(params, seeds, self._tensor(coupled, torch.bool))
-        return draws, SamplingFeatures.of(temperature, top_p, top_k, coupled)
+        return draws, SamplingFeatures.of(temperature, top_p, top_k, coupled, self.pair.vocab_size)
 
     # ---- forward passes ---------------------------------------------------------------
 

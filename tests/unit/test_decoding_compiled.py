@@ -17,7 +17,7 @@ from specbatch.decoding.sampling import SamplingFeatures, SamplingParams
 from specbatch.decoding.step_functions import Draws, Feed, Network
 from specbatch.decoding.thresholds import top_k_keep, top_p_keep
 
-ALL = SamplingFeatures(sampled=True, top_k=True, top_p=True, coupled=True)
+ALL = SamplingFeatures(sampled=True, top_k_bound=32, top_p=True, top_p_candidates=0, coupled=True)
 
 
 def _sorted_top_k(values: torch.Tensor, k: int) -> torch.Tensor:
@@ -32,19 +32,21 @@ def _sorted_top_p(probs: torch.Tensor, p: float) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_bisection_thresholds_equal_the_sorting_filters(dtype: torch.dtype) -> None:
+def test_partial_selection_filters_equal_the_sorting_filters(dtype: torch.dtype) -> None:
     generator = torch.Generator().manual_seed(3)
     logits = torch.randn(4, 3, 300, generator=generator, dtype=dtype) * 4
     logits[0, 0, :5] = -torch.inf
     logits[1, 0, 10:20] = 2.5  # ties at the threshold stay in
-    probs = torch.softmax(torch.randn(4, 3, 300, generator=generator, dtype=dtype) * 4, -1)
-    for k in (1, 2, 7, 15, 300):
-        keep = top_k_keep(logits, torch.full((4, 1, 1), k))
+    for k, bound in ((1, 1), (2, 8), (7, 8), (15, 16), (300, 300)):
+        keep = top_k_keep(logits, torch.full((4, 1, 1), k), bound)
         assert torch.equal(keep, _sorted_top_k(logits, k)), k
-        assert int(keep[1, 0].sum()) >= k
+    probs = torch.softmax(torch.randn(4, 3, 300, generator=generator, dtype=dtype) * 4, -1)
+    within_top_8 = torch.where(_sorted_top_k(probs, 8), probs, 0.0)
+    within_top_8 = within_top_8 / within_top_8.sum(-1, keepdim=True)  # as after a top-k softmax
     for p in (0.05, 0.5, 0.9, 0.999):
-        keep = top_p_keep(probs, torch.full((4, 1, 1), p, dtype=dtype))
-        assert torch.equal(keep, _sorted_top_p(probs, p)), p
+        threshold = torch.full((4, 1, 1), p, dtype=dtype)
+        assert torch.equal(top_p_keep(probs, threshold, 0), _sorted_top_p(probs, p)), p
+        assert torch.equal(top_p_keep(within_top_8, threshold, 8), _sorted_top_p(within_top_8, p)), p
 
 
 def test_grouped_and_flex_attention_agree_without_repeating_heads() -> None:

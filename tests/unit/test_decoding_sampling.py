@@ -131,10 +131,11 @@ def _flat_pair():
 
 
 SETTINGS = [(1.0, 1.0, 0), (1.2, 0.9, 5)]
-# Compiled: unseeded (residual rule) and seeded (Gumbel) rows under top-k and top-p.
+# Compiled: unseeded rows (the residual rule) joining a running batch under top-k and
+# top-p; seeded (Gumbel) rows are compared token for token in test_decoding_compiled.
 RUNS = [(1, False, False), (3, False, False), (3, False, True), (3, True, True), ("goodput", True, True)]
 DISTRIBUTION_CASES = [(*run, *settings, "none") for run in RUNS for settings in SETTINGS] + [
-    pytest.param(3, seeded, True, *SETTINGS[1], "default", marks=pytest.mark.slow) for seeded in (False, True)
+    pytest.param(3, False, True, *SETTINGS[1], "default", marks=pytest.mark.slow)
 ]
 
 
