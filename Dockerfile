@@ -1,10 +1,16 @@
 # specbatch on NVIDIA's Triton 24.10 image with the PyTorch and Python backends
-# (the same server version the nvidia-pytriton wheel carries; torch is preinstalled).
+# (the same server version the nvidia-pytriton wheel carries).
 # It runs as the image's unprivileged triton-server user. `specbatch serve` binds every
 # interface (--host 0.0.0.0: the container's network is the boundary) and restricts
 # Triton's administrative APIs to callers sending the header specbatch-admin-key with
 # the value of SPECBATCH_ADMIN_KEY (unset: a random key, so they stay closed).
 FROM nvcr.io/nvidia/tritonserver:24.10-pyt-python-py3
+
+# The GPU fast path (torch.compile, CUDA graphs, FlexAttention; scripts/bench_gpu.py) is
+# written against torch 2.13.0, the version the project pins everywhere; the image's own
+# torch is older, so the CUDA 12.6 build of 2.13.0 replaces it (24.10 ships CUDA 12.6).
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cu126
 
 ENV PIP_NO_CACHE_DIR=1 \
     HF_HOME=/home/triton-server/.cache/huggingface \
@@ -18,8 +24,9 @@ COPY model_repository ./model_repository
 COPY ensemble ./ensemble
 COPY scripts ./scripts
 
-# The image's torch stays: install the other dependencies, then the package without deps.
-RUN pip install "transformers>=4.51" "safetensors>=0.4" "tokenizers>=0.21" "tritonclient[all]>=2.50" \
+# Torch first, pinned, from its CUDA index; then the other dependencies and the package without deps.
+RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}" \
+ && pip install "transformers>=4.51" "safetensors>=0.4" "tokenizers>=0.21" "tritonclient[all]>=2.50" \
         "aiohttp>=3.9" numpy tqdm pyyaml \
  && pip install --no-deps . \
  && chown -R triton-server:triton-server /opt/specbatch

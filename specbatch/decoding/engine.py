@@ -108,6 +108,9 @@ class Engine:
     ``lookahead``: ``"goodput"`` (default), ``"adaptive_rule"`` or a fixed K in 0..8.
     ``kv_memory_budget_bytes`` sizes the block pool (target + draft); by default it
     holds ``max_rows`` rows of 1024 tokens (or the context, if shorter).
+    ``compile``: ``"none"`` (eager, the reference), ``"default"`` (torch.compile) or
+    ``"cuda_graphs"`` (compiled and captured as CUDA graphs; CUDA only); see
+    :mod:`specbatch.decoding.compiled`.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Engine:
         max_rows: int = 64,
         prefill_chunk: int = 256,
         batching: str = "continuous",
+        compile: str = "none",
     ) -> None:
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
@@ -139,7 +143,7 @@ class Engine:
                 f"({pair.kv_bytes_per_token} bytes per token)"
             )
         self.pool = BlockPool(int(num_blocks), block_size)
-        self.runner = StepRunner(pair, self.pool)
+        self.runner = StepRunner(pair, self.pool, compile)
         self.lookahead: LookaheadPolicy = make_lookahead(lookahead, self.runner.costs)
         self._acceptance = AcceptanceTracker()
         self._stop_rules = StopRules(

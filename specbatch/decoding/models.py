@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from specbatch.decoding.attention import Attention, grouped_attention
 from specbatch.decoding.kv_blocks import KVLayout, KVStore
 
 # Speculative steps may write a few draft tokens past a row's last allowed position
@@ -23,7 +24,7 @@ ROPE_MARGIN = 16
 
 
 @dataclass(frozen=True)
-class _LayerWeights:
+class LayerWeights:
     input_norm: torch.Tensor
     q_proj: torch.Tensor
     k_proj: torch.Tensor
@@ -37,6 +38,34 @@ class _LayerWeights:
     down_proj: torch.Tensor
 
 
+@dataclass(frozen=True)
+class ModelWeights:
+    """Every tensor a pass reads, as plain inputs: the step functions take them as
+    arguments (not closed-over module state), so one compiled graph serves every model
+    of the same shapes and CUDA graphs can pin their addresses."""
+
+    embed: torch.Tensor
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor
+    cos: torch.Tensor  # RoPE tables [positions, head_dim]
+    sin: torch.Tensor
+    layers: tuple[LayerWeights, ...]
+
+    def tensors(self) -> list[torch.Tensor]:
+        top = [self.embed, self.final_norm, self.lm_head, self.cos, self.sin]
+        return top + [t for layer in self.layers for t in vars(layer).values()]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The shape facts a pass specialises on (Python ints: constants to a compiler)."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    eps: float
+
+
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm computed in float32 (or wider) exactly as Qwen3RMSNorm does."""
     compute_dtype = torch.promote_types(x.dtype, torch.float32)
@@ -48,6 +77,56 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def hidden_states(
+    weights: ModelWeights,
+    geometry: Geometry,
+    store: KVStore,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    write_slots: torch.Tensor,
+    read_slots: torch.Tensor,
+    attention: Attention = grouped_attention,
+) -> torch.Tensor:
+    """The last layer's hidden states [B, T, H] for ``tokens`` [B, T] fed at
+    ``positions`` [B, T], writing their keys/values to ``write_slots`` [B, T] and reading
+    ``read_slots`` [B, S]. Pure tensor code: no host synchronisation, shapes fixed by
+    the inputs, so it traces into one graph."""
+    batch, steps = tokens.shape
+    heads, kv_heads, dim = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+    cos = weights.cos[positions].unsqueeze(1)
+    sin = weights.sin[positions].unsqueeze(1)
+    write = write_slots.reshape(-1)
+
+    hidden = F.embedding(tokens, weights.embed)
+    for index, w in enumerate(weights.layers):
+        normed = _rms_norm(hidden, w.input_norm, geometry.eps)
+        q = F.linear(normed, w.q_proj).view(batch, steps, heads, dim)
+        k = F.linear(normed, w.k_proj).view(batch, steps, kv_heads, dim)
+        v = F.linear(normed, w.v_proj).view(batch, steps, kv_heads, dim)
+        q = _rms_norm(q, w.q_norm, geometry.eps).transpose(1, 2)
+        k = _rms_norm(k, w.k_norm, geometry.eps).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        keys, values = store.keys[index], store.values[index]
+        keys.index_copy_(0, write, k.transpose(1, 2).reshape(-1, kv_heads, dim))
+        values.index_copy_(0, write, v.reshape(-1, kv_heads, dim))
+        attn = attention(q, keys[read_slots].transpose(1, 2), values[read_slots].transpose(1, 2), positions)
+        hidden = hidden + F.linear(attn.transpose(1, 2).reshape(batch, steps, -1), w.o_proj)
+        normed = _rms_norm(hidden, w.post_norm, geometry.eps)
+        hidden = hidden + F.linear(
+            F.silu(F.linear(normed, w.gate_proj)) * F.linear(normed, w.up_proj), w.down_proj
+        )
+    return hidden
+
+
+def project_logits(
+    weights: ModelWeights, geometry: Geometry, hidden: torch.Tensor, index: torch.Tensor
+) -> torch.Tensor:
+    """Logits [B, M, V] of ``hidden`` [B, T, H] at the time indices ``index`` [B, M]."""
+    picked = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    return F.linear(_rms_norm(picked, weights.final_norm, geometry.eps), weights.lm_head)
 
 
 class Qwen3Forward:
@@ -70,26 +149,8 @@ class Qwen3Forward:
         self.max_positions: int = config.max_position_embeddings
         body = hf_model.model
         self.embed = body.embed_tokens.weight
-        self.final_norm = body.norm.weight
-        self.lm_head = hf_model.lm_head.weight
         self.dtype = self.embed.dtype
         self.device = self.embed.device
-        self.layers = [
-            _LayerWeights(
-                input_norm=layer.input_layernorm.weight,
-                q_proj=layer.self_attn.q_proj.weight,
-                k_proj=layer.self_attn.k_proj.weight,
-                v_proj=layer.self_attn.v_proj.weight,
-                o_proj=layer.self_attn.o_proj.weight,
-                q_norm=layer.self_attn.q_norm.weight,
-                k_norm=layer.self_attn.k_norm.weight,
-                post_norm=layer.post_attention_layernorm.weight,
-                gate_proj=layer.mlp.gate_proj.weight,
-                up_proj=layer.mlp.up_proj.weight,
-                down_proj=layer.mlp.down_proj.weight,
-            )
-            for layer in body.layers
-        ]
         if getattr(config, "attention_bias", False):
             raise ValueError("Qwen3 checkpoints with attention biases are not supported")
         rope = config.rope_parameters if hasattr(config, "rope_parameters") else None
@@ -101,8 +162,30 @@ class Qwen3Forward:
         )
         freqs = torch.outer(torch.arange(self.max_positions + ROPE_MARGIN, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1).to(self.device)
-        self._cos = emb.cos().to(self.dtype)
-        self._sin = emb.sin().to(self.dtype)
+        self.weights = ModelWeights(
+            embed=self.embed,
+            final_norm=body.norm.weight,
+            lm_head=hf_model.lm_head.weight,
+            cos=emb.cos().to(self.dtype),
+            sin=emb.sin().to(self.dtype),
+            layers=tuple(
+                LayerWeights(
+                    input_norm=layer.input_layernorm.weight,
+                    q_proj=layer.self_attn.q_proj.weight,
+                    k_proj=layer.self_attn.k_proj.weight,
+                    v_proj=layer.self_attn.v_proj.weight,
+                    o_proj=layer.self_attn.o_proj.weight,
+                    q_norm=layer.self_attn.q_norm.weight,
+                    k_norm=layer.self_attn.k_norm.weight,
+                    post_norm=layer.post_attention_layernorm.weight,
+                    gate_proj=layer.mlp.gate_proj.weight,
+                    up_proj=layer.mlp.up_proj.weight,
+                    down_proj=layer.mlp.down_proj.weight,
+                )
+                for layer in body.layers
+            ),
+        )
+        self.geometry = Geometry(self.num_heads, self.num_kv_heads, self.head_dim, self.eps)
         self.tokens_fed = 0
 
     @property
@@ -145,8 +228,7 @@ class Qwen3Forward:
         time indices ``logits_at`` [B, M]. ``num_real`` (real, non-padding tokens in the
         call) feeds the ``tokens_fed`` counter; default B*T."""
         hidden = self._hidden(tokens, positions, store, layout, num_real)
-        picked = hidden.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        return F.linear(_rms_norm(picked, self.final_norm, self.eps), self.lm_head)
+        return project_logits(self.weights, self.geometry, hidden, logits_at)
 
     def _hidden(
         self,
@@ -156,36 +238,8 @@ class Qwen3Forward:
         layout: KVLayout,
         num_real: int | None,
     ) -> torch.Tensor:
-        """The last layer's hidden states [B, T, H], writing keys and values into ``store``."""
         batch, steps = tokens.shape
         self.tokens_fed += batch * steps if num_real is None else num_real
-        span = layout.read_slots.shape[1]
-        cos = self._cos[positions].unsqueeze(1)
-        sin = self._sin[positions].unsqueeze(1)
-        slot_ids = torch.arange(span, device=positions.device)
-        mask = slot_ids.view(1, 1, 1, span) <= positions.view(batch, 1, steps, 1)
-        write = layout.write_slots.reshape(-1)
-        read = layout.read_slots
-
-        hidden = F.embedding(tokens, self.embed)
-        for index, w in enumerate(self.layers):
-            normed = _rms_norm(hidden, w.input_norm, self.eps)
-            q = F.linear(normed, w.q_proj).view(batch, steps, self.num_heads, self.head_dim)
-            k = F.linear(normed, w.k_proj).view(batch, steps, self.num_kv_heads, self.head_dim)
-            v = F.linear(normed, w.v_proj).view(batch, steps, self.num_kv_heads, self.head_dim)
-            q = _rms_norm(q, w.q_norm, self.eps).transpose(1, 2)
-            k = _rms_norm(k, w.k_norm, self.eps).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            keys, values = store.keys[index], store.values[index]
-            keys[write] = k.transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)
-            values[write] = v.reshape(-1, self.num_kv_heads, self.head_dim)
-            attn = F.scaled_dot_product_attention(
-                q, keys[read].transpose(1, 2), values[read].transpose(1, 2), attn_mask=mask, enable_gqa=True
-            )
-            hidden = hidden + F.linear(attn.transpose(1, 2).reshape(batch, steps, -1), w.o_proj)
-            normed = _rms_norm(hidden, w.post_norm, self.eps)
-            hidden = hidden + F.linear(
-                F.silu(F.linear(normed, w.gate_proj)) * F.linear(normed, w.up_proj), w.down_proj
-            )
-        return hidden
+        return hidden_states(
+            self.weights, self.geometry, store, tokens, positions, layout.write_slots, layout.read_slots
+        )

@@ -28,22 +28,27 @@ def verify(
     target_probs: torch.Tensor,
     accept_uniforms: torch.Tensor,
     next_uniforms: torch.Tensor,
+    lookahead: torch.Tensor | None = None,
 ) -> Verdict:
     """``draft_tokens`` [B, K] were sampled from ``draft_probs`` [B, K, V];
     ``target_probs`` [B, K+1, V] are the target's distributions after the pending token
     and after each draft token. Uniforms: [B, K] for the acceptance tests and [B, K+1]
     for the last draw, one per position it may land on (keyed by position, so a row
-    draws the same number for the same token whatever K is)."""
-    batch, lookahead = draft_tokens.shape
+    draws the same number for the same token whatever K is).
+
+    ``lookahead`` [B] (default: all K columns) is the real K of a padded batch: columns
+    past it are never accepted and the bonus token comes after column lookahead - 1."""
+    batch, width = draft_tokens.shape
+    lookahead = _real_lookahead(lookahead, batch, width, draft_tokens.device)
     index = draft_tokens.unsqueeze(-1)
-    p_at = target_probs[:, :lookahead].gather(-1, index).squeeze(-1).to(torch.float64)
+    p_at = target_probs[:, :width].gather(-1, index).squeeze(-1).to(torch.float64)
     q_at = draft_probs.gather(-1, index).squeeze(-1).to(torch.float64)
-    accept = accept_uniforms.to(torch.float64) * q_at < p_at
+    accept = (accept_uniforms.to(torch.float64) * q_at < p_at) & _real_columns(lookahead, width)
     accepted = accept.to(torch.long).cumprod(dim=1).sum(dim=1)
 
     rows = torch.arange(batch, device=draft_tokens.device)
     p_next = target_probs[rows, accepted]
-    q_next = draft_probs[rows, accepted.clamp_max(lookahead - 1)]
+    q_next = draft_probs[rows, torch.minimum(accepted, lookahead - 1)]
     residual = (p_next - q_next).clamp_min(0)
     all_accepted = (accepted == lookahead).unsqueeze(-1)
     # p == q leaves no residual mass; a rejection then had probability zero, so p is right.
@@ -53,11 +58,28 @@ def verify(
     return Verdict(accepted=accepted, next_token=sample(distribution, chosen_uniform))
 
 
-def verify_coupled(draft_tokens: torch.Tensor, target_choice: torch.Tensor) -> Verdict:
+def verify_coupled(
+    draft_tokens: torch.Tensor, target_choice: torch.Tensor, lookahead: torch.Tensor | None = None
+) -> Verdict:
     """Gumbel-coupled verification: ``target_choice`` [B, K+1] is the target's own
     Gumbel-max draw at each position; a draft token is kept while it equals that draw,
-    and the draw at the first mismatch (or after K matches) comes next."""
-    lookahead = draft_tokens.shape[1]
-    matches = (draft_tokens == target_choice[:, :lookahead]).to(torch.long)
+    and the draw at the first mismatch (or after K matches) comes next. ``lookahead``
+    as in :func:`verify`."""
+    batch, width = draft_tokens.shape
+    lookahead = _real_lookahead(lookahead, batch, width, draft_tokens.device)
+    matches = ((draft_tokens == target_choice[:, :width]) & _real_columns(lookahead, width)).to(torch.long)
     accepted = matches.cumprod(dim=1).sum(dim=1)
     return Verdict(accepted=accepted, next_token=target_choice.gather(1, accepted.unsqueeze(1)).squeeze(1))
+
+
+def _real_lookahead(
+    lookahead: torch.Tensor | None, batch: int, width: int, device: torch.device
+) -> torch.Tensor:
+    if lookahead is None:
+        return torch.full((batch,), width, dtype=torch.long, device=device)
+    return lookahead
+
+
+def _real_columns(lookahead: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, K] True for the draft columns a row really proposed."""
+    return torch.arange(width, device=lookahead.device) < lookahead.unsqueeze(1)

@@ -8,6 +8,11 @@ its keys/values into the row's blocks before attending, and a query at position 
 reads slots 0..p of its own row, so whatever sits beyond p (a rejected draft, a token
 of the row that held the block before) is never read. No model is fed a token it
 has already cached.
+
+The passes themselves are the pure step functions of
+:mod:`specbatch.decoding.step_functions`, run under the runner's compile mode; this
+module turns rows (host state) into padded device tensors and the results back into
+rows, with one device-to-host copy per decode step (the committed tokens).
 """
 
 from __future__ import annotations
@@ -18,13 +23,17 @@ from collections.abc import Callable, Sequence
 import torch
 
 from specbatch.decoding import counter_random
+from specbatch.decoding.attention import attention_backend
+from specbatch.decoding.buckets import Shapes
+from specbatch.decoding.compiled import StepFunctions, check_mode
 from specbatch.decoding.costs import PassCosts
-from specbatch.decoding.kv_blocks import BlockPool, KVStore, layout_for
+from specbatch.decoding.kv_blocks import BlockPool, KVStore, slot_table, write_slots
 from specbatch.decoding.models import Qwen3Forward
 from specbatch.decoding.pair import ModelPair
+from specbatch.decoding.pass_clock import PassClock
 from specbatch.decoding.rows import Row
-from specbatch.decoding.sampling import SamplingParams, gumbel_argmax, probabilities, sample
-from specbatch.decoding.speculative import Verdict, verify, verify_coupled
+from specbatch.decoding.sampling import SamplingFeatures, SamplingParams
+from specbatch.decoding.step_functions import Draws, Feed, Network
 
 # A speculative step's first draft pass feeds at most this many tokens per row (the
 # pending token and what the draft missed); a row lagging more is caught up first.
@@ -34,85 +43,138 @@ FeedObserver = Callable[[str, list[int], torch.Tensor, torch.Tensor, torch.Tenso
 
 
 class StepRunner:
-    """Runs prefill chunks, plain steps and speculative steps on a pair's block stores."""
+    """Runs prefill chunks, plain steps and speculative steps on a pair's block stores.
 
-    def __init__(self, pair: ModelPair, pool: BlockPool) -> None:
+    ``compile``: ``"none"`` (eager, exact shapes: the reference), ``"default"``
+    (torch.compile over padded bucket shapes) or ``"cuda_graphs"`` (the same, each
+    shape captured once as a CUDA graph; CUDA only). Compiled modes on CUDA attend
+    through FlexAttention, everything else through the grouped attention."""
+
+    def __init__(self, pair: ModelPair, pool: BlockPool, compile: str = "none") -> None:
+        check_mode(compile, pair.device)
         self.pair = pair
         self.pool = pool
         self.device = pair.device
+        self.compile = compile
+        self.shapes = Shapes(static=compile != "none")
+        self.functions = StepFunctions(compile, self.device)
+        attention = attention_backend(
+            "flex" if compile != "none" and self.device.type == "cuda" else "grouped"
+        )
         self.models: dict[str, Qwen3Forward] = {"target": pair.target}
         if pair.draft is not None:
             self.models["draft"] = pair.draft
         self.stores: dict[str, KVStore] = {n: m.new_store(pool.num_slots) for n, m in self.models.items()}
+        self.networks = {
+            name: Network(model.weights, model.geometry, self.stores[name], pair.vocab_size, attention)
+            for name, model in self.models.items()
+        }
+        for network in self.networks.values():
+            self.functions.pin(network.tensors())
         # Forward passes per network, and the rest of a step (tensors in and out, sampling,
         # verification) per kind of step, fitted on the rows it ran.
         self.costs: dict[str, PassCosts] = {
             name: PassCosts() for name in ("target", "draft", "step_speculative", "step_plain")
         }
+        self.clock = PassClock(self.device)
         self.pass_seconds = 0.0  # time spent in forward passes, for the step overhead
         # Optional instrumentation: called with (model name, row keys, tokens, positions,
         # real-token mask) before every forward pass.
         self.feed_observer: FeedObserver | None = None
 
+    # ---- host rows to device tensors --------------------------------------------------
+
+    def _tensor(self, data: list, dtype: torch.dtype) -> torch.Tensor:
+        """Host data on the device without waiting for it (pinned, asynchronous copy)."""
+        tensor = torch.tensor(data, dtype=dtype)
+        if self.device.type == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor
+
+    def _feed(
+        self,
+        rows: Sequence[Row],
+        token_rows: list[list[int]],
+        position_rows: list[list[int]],
+        real_rows: list[list[bool]],
+        span: int,
+    ) -> tuple[Feed, torch.Tensor]:
+        """A feed for ``rows`` (padded to the tensors' batch); the real-token mask too."""
+        batch = len(token_rows)
+        tables = [r.blocks for r in rows] + [[]] * (batch - len(rows))
+        read = slot_table(tables, span, self.pool, self.device)
+        positions = self._tensor(position_rows, torch.long)
+        real = self._tensor(real_rows, torch.bool)
+        feed = Feed(
+            self._tensor(token_rows, torch.long),
+            positions,
+            write_slots(read, positions, real, self.pool),
+            read,
+        )
+        return feed, real
+
+    def _ragged(self, rows: Sequence[Row], spans: Sequence[tuple[int, int]], batch: int, width: int):
+        """Right-padded token, position and real-token lists for tokens[start:end] per
+        row, padded with empty rows to ``batch``."""
+        token_rows, position_rows, real_rows = [], [], []
+        for row, (start, end) in zip(rows, spans, strict=True):
+            pad = width - (end - start)
+            token_rows.append(row.tokens[start:end] + [0] * pad)
+            position_rows.append(list(range(start, end)) + [0] * pad)
+            real_rows.append([True] * (end - start) + [False] * pad)
+        for _ in range(batch - len(rows)):
+            token_rows.append([0] * width)
+            position_rows.append([0] * width)
+            real_rows.append([False] * width)
+        return token_rows, position_rows, real_rows
+
+    def _draws(self, rows: Sequence[Row], batch: int) -> tuple[Draws, SamplingFeatures]:
+        """Sampling settings and keys per row; padding rows are greedy."""
+        pad = batch - len(rows)
+        requests = [r.request for r in rows]
+        temperature = [q.temperature for q in requests] + [0.0] * pad
+        top_p = [q.top_p for q in requests] + [1.0] * pad
+        top_k = [q.top_k for q in requests] + [0] * pad
+        coupled = [r.coupled for r in rows] + [False] * pad
+        params = SamplingParams(
+            self._tensor(temperature, torch.float32),
+            self._tensor(top_p, torch.float32),
+            self._tensor(top_k, torch.long),
+        )
+        seeds = self._tensor([r.seed for r in rows] + [0] * pad, torch.long)
+        draws = Draws(params, seeds, self._tensor(coupled, torch.bool))
+        return draws, SamplingFeatures.of(temperature, top_p, top_k, coupled, self.pair.vocab_size)
+
     # ---- forward passes ---------------------------------------------------------------
 
-    def _forward(
+    def _run(
         self,
         name: str,
         rows: Sequence[Row],
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
+        feed: Feed,
         real: torch.Tensor,
-        logits_at: torch.Tensor | None,
-    ) -> torch.Tensor | None:
-        """One observed, timed pass; logits [B, M, V] cut to the shared id range, or
-        None for a fill."""
-        if self.feed_observer is not None:
-            self.feed_observer(name, [r.key for r in rows], tokens, positions, real)
-        started = time.perf_counter()
-        span = int(positions.max()) + 1
-        logits = self._pass(name, [r.blocks for r in rows], tokens, positions, real, logits_at, span)
-        seconds = time.perf_counter() - started
-        self.pass_seconds += seconds
-        self.costs[name].observe(tokens.numel(), len(rows) * span, tokens.numel() * span, seconds)
-        return logits
-
-    def _pass(
-        self,
-        name: str,
-        tables: Sequence[Sequence[int]],
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        real: torch.Tensor,
-        logits_at: torch.Tensor | None,
+        num_real: int,
         span: int,
-    ) -> torch.Tensor | None:
-        """One forward pass reading logical positions 0..span-1 of each row."""
-        model, store = self.models[name], self.stores[name]
-        layout = layout_for(tables, positions, real, self.pool, span)
-        num_real = int(real.sum())
-        if logits_at is None:
-            model.fill(tokens, positions, store, layout, num_real=num_real)
-            return None
-        logits = model(tokens, positions, store, layout, logits_at, num_real=num_real)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return logits[..., : self.pair.vocab_size]
+        function: Callable,
+        *args: object,
+    ):
+        """One observed, timed pass over ``rows`` (the first ``len(rows)`` of the feed)."""
+        count = len(rows)
+        if self.feed_observer is not None:
+            self.feed_observer(
+                name, [r.key for r in rows], feed.tokens[:count], feed.positions[:count], real[:count]
+            )
+        self.models[name].tokens_fed += num_real
+        fed = count * feed.tokens.shape[1]
+        started = self.clock.start()
+        out = function(self.networks[name], feed, *args)
 
-    def _ragged(self, rows: Sequence[Row], spans: Sequence[tuple[int, int]]):
-        """Right-padded tokens [B, T], positions and real mask for tokens[start:end] per row."""
-        width = max(1, max(end - start for start, end in spans))
-        token_rows, position_rows, real_rows = [], [], []
-        for row, (start, end) in zip(rows, spans, strict=True):
-            count = end - start
-            token_rows.append(row.tokens[start:end] + [0] * (width - count))
-            position_rows.append(list(range(start, end)) + [0] * (width - count))
-            real_rows.append([True] * count + [False] * (width - count))
-        return (
-            torch.tensor(token_rows, dtype=torch.long, device=self.device),
-            torch.tensor(position_rows, dtype=torch.long, device=self.device),
-            torch.tensor(real_rows, dtype=torch.bool, device=self.device),
-        )
+        def record(seconds: float) -> None:
+            self.pass_seconds += seconds
+            self.costs[name].observe(fed, count * span, fed * span, seconds)
+
+        self.clock.stop(started, record)
+        return out
 
     def prefill(self, rows: Sequence[Row], name: str, budget: int) -> int:
         """Cache up to ``budget`` more tokens of the rows' committed prefixes (all but the
@@ -129,80 +191,74 @@ class StepRunner:
                 break
         if not chosen:
             return 0
-        tokens, positions, real = self._ragged(chosen, spans)
-        self._forward(name, chosen, tokens, positions, real, None)
+        width = self.shapes.width(max(end - start for start, end in spans))
+        lists = self._ragged(chosen, spans, self.shapes.batch(len(chosen)), width)
+        furthest = max(end for _, end in spans)
+        feed, real = self._feed(chosen, *lists, self.shapes.span(furthest))
+        fed = sum(end - start for start, end in spans)
+        self._run(name, chosen, feed, real, fed, furthest, self.functions.prefill_chunk)
         for row, (_, end) in zip(chosen, spans, strict=True):
             if name == "draft":
                 row.draft_cached = end
             else:
                 row.target_cached = end
-        return sum(end - start for start, end in spans)
+        return fed
 
     def calibrate(self, repeats: int = 3) -> None:
         """Time passes of each model over a spread of batch sizes, tokens per row and
         context, on the scratch block only (no row's memory is touched), so the cost
-        model can tell a verify pass from a plain one before the first real step."""
+        model can tell a verify pass from a plain one before the first real step. The
+        shapes are the ones steps run (a draft's catch-up pass, a verify pass), so under
+        compilation calibrating also builds the graphs the first steps need."""
         limit = min(self.pair.max_context, self.pool.num_blocks * self.pool.block_size)
-        shapes = [(b, t, s) for b in (1, 8) for t in (1, 9) for s in (16, 512)]
-        for name in self.models:
-            for batch, steps, span in shapes:
+        widths = {"target": (1, self.shapes.lookahead(8) + 1), "draft": (1, MAX_DRAFT_CATCH_UP + 1)}
+        for name in self.networks:
+            for batch, steps, span in [(b, t, s) for b in (1, 8) for t in widths[name] for s in (16, 512)]:
                 span = max(steps, min(span, limit))
-                positions = torch.arange(span - steps, span, device=self.device).expand(batch, steps)
-                tokens = torch.randint(0, self.pair.vocab_size, (batch, steps), device=self.device)
-                real = torch.zeros_like(tokens, dtype=torch.bool)  # every write goes to scratch
-                logits_at = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
+                function, args = self._calibration_pass(name, batch, steps, span)
                 for attempt in range(repeats + 1):
-                    started = time.perf_counter()
-                    self._pass(name, [[]] * batch, tokens, positions, real, logits_at, span)
-                    seconds = time.perf_counter() - started
-                    if attempt:  # the first run warms up
-                        self.costs[name].observe(tokens.numel(), batch * span, tokens.numel() * span, seconds)
+                    started = self.clock.start()
+                    function(self.networks[name], *args)
+                    if attempt:  # the first run warms up (and compiles)
+                        self.clock.stop(started, self._costs_recorder(name, batch, steps, span))
+        self.clock.settle()
 
-    # ---- drawing tokens ---------------------------------------------------------------
+    def _calibration_pass(self, name: str, batch: int, steps: int, span: int) -> tuple[Callable, tuple]:
+        """A step function and its arguments for ``batch`` blank rows feeding ``steps``
+        tokens at the end of ``span`` positions, every write to scratch."""
+        padded = self.shapes.batch(batch)
+        draws, features = self._draws([], padded)
+        positions = torch.arange(span - steps, span, device=self.device).expand(padded, steps)
+        read = slot_table([[]] * padded, self.shapes.span(span), self.pool, self.device)
+        real = torch.zeros_like(positions, dtype=torch.bool)
+        tokens = torch.randint(0, self.pair.vocab_size, (padded, steps), device=self.device)
+        feed = Feed(tokens, positions, write_slots(read, positions, real, self.pool), read)
+        seq_len = positions[:, 0] + 1
+        if steps > 1 and name == "target":
+            drafts, lookahead = tokens[:, 1:], torch.full_like(seq_len, steps - 1)
+            draft_probs = torch.zeros(padded, steps - 1, self.pair.vocab_size, device=self.device)
+            return self.functions.verify_step, (
+                feed,
+                draws,
+                seq_len,
+                drafts,
+                draft_probs,
+                lookahead,
+                features,
+            )
+        index = torch.full((padded, 1), steps - 1, dtype=torch.long, device=self.device)
+        return self.functions.sample_step, (feed, index, draws, seq_len, counter_random.NEXT, features)
 
-    def _params(self, rows: Sequence[Row]) -> SamplingParams:
-        return SamplingParams.from_lists(
-            [r.request.temperature for r in rows],
-            [r.request.top_p for r in rows],
-            [r.request.top_k for r in rows],
-            self.device,
-        )
+    def _costs_recorder(self, name: str, batch: int, steps: int, span: int) -> Callable[[float], None]:
+        def record(seconds: float) -> None:
+            self.costs[name].observe(batch * steps, batch * span, batch * steps * span, seconds)
 
-    def _keys(self, rows: Sequence[Row]) -> tuple[torch.Tensor, torch.Tensor]:
-        seeds = torch.tensor([r.seed for r in rows], dtype=torch.long, device=self.device)
-        coupled = torch.tensor([r.coupled for r in rows], dtype=torch.bool, device=self.device)
-        return seeds, coupled
-
-    def _gumbel_choice(
-        self, probs: torch.Tensor, seeds: torch.Tensor, positions: torch.Tensor, coupled: torch.Tensor
-    ) -> torch.Tensor:
-        """[B, M] Gumbel-max draws for coupled rows (zeros elsewhere)."""
-        choice = torch.zeros(positions.shape, dtype=torch.long, device=self.device)
-        index = coupled.nonzero().squeeze(1)
-        if index.numel():
-            noise = counter_random.gumbel_noise(seeds[index], positions[index], probs.shape[-1])
-            choice[index] = gumbel_argmax(probs[index], noise)
-        return choice
-
-    def _draw(
-        self,
-        probs: torch.Tensor,
-        seeds: torch.Tensor,
-        coupled: torch.Tensor,
-        position: torch.Tensor,
-        purpose: int,
-    ) -> torch.Tensor:
-        """One token per row from ``probs`` [B, V] for the token at ``position`` [B]."""
-        uniform = counter_random.uniforms(seeds, position.unsqueeze(1), purpose)[:, 0]
-        drawn = sample(probs, uniform)
-        if bool(coupled.any()):
-            gumbel = self._gumbel_choice(probs.unsqueeze(1), seeds, position.unsqueeze(1), coupled)[:, 0]
-            drawn = torch.where(coupled, gumbel, drawn)
-        return drawn
+        return record
 
     # ---- decode steps -----------------------------------------------------------------
 
     def _observe_overhead(self, kind: str, rows: int, started: float, passes_before: float) -> None:
+        self.clock.settle()
         overhead = time.perf_counter() - started - (self.pass_seconds - passes_before)
         self.costs[kind].observe(rows, 0, 0, max(0.0, overhead))
 
@@ -222,79 +278,123 @@ class StepRunner:
         return outcome
 
     def _plain_step(self, rows: Sequence[Row], name: str) -> list[list[int]]:
-        seq_len = torch.tensor([r.seq_len for r in rows], dtype=torch.long, device=self.device)
-        pending = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=self.device)
-        positions = (seq_len - 1).unsqueeze(1)
-        real = torch.ones_like(pending, dtype=torch.bool)
-        logits = self._forward(name, rows, pending, positions, real, torch.zeros_like(positions))
-        seeds, coupled = self._keys(rows)
-        probs = probabilities(logits, self._params(rows))[:, 0]
-        token = self._draw(probs, seeds, coupled, seq_len, counter_random.NEXT)
+        count, batch = len(rows), self.shapes.batch(len(rows))
+        spans = [(r.seq_len - 1, r.seq_len) for r in rows]
+        furthest = max(r.seq_len for r in rows)
+        feed, real = self._feed(rows, *self._ragged(rows, spans, batch, 1), self.shapes.span(furthest))
+        draws, features = self._draws(rows, batch)
+        draw_at = feed.positions[:, 0] + 1
+        index = torch.zeros_like(feed.positions)
+        token, _ = self._run(
+            name,
+            rows,
+            feed,
+            real,
+            count,
+            furthest,
+            self.functions.sample_step,
+            index,
+            draws,
+            draw_at,
+            counter_random.NEXT,
+            features,
+        )
         for row in rows:
             if name == "draft":
                 row.draft_cached = row.seq_len
             else:
                 row.target_cached = row.seq_len
-        return [[t] for t in token.tolist()]
+        return [[t] for t in token[:count].tolist()]
 
     def _speculative_step(self, rows: Sequence[Row], lookahead: int) -> tuple[list[list[int]], list[int]]:
         k = lookahead
-        device = self.device
-        params = self._params(rows)
-        seeds, coupled = self._keys(rows)
-        seq_len = torch.tensor([r.seq_len for r in rows], dtype=torch.long, device=device)
+        count, batch = len(rows), self.shapes.batch(len(rows))
+        draws, features = self._draws(rows, batch)
+        longest = max(r.seq_len for r in rows)
+        span = self.shapes.span(longest + k)  # the verify pass reads up to seq_len - 1 + k
+        seq_len = self._tensor([r.seq_len for r in rows] + [1] * (batch - count), torch.long)
+        row_real = (torch.arange(batch, device=self.device) < count).unsqueeze(1)
 
         # Draft: feed what it misses up to the pending token, then propose k tokens.
-        tokens, positions, real = self._ragged(rows, [(r.draft_cached, r.seq_len) for r in rows])
-        logits_at = (real.sum(1) - 1).unsqueeze(1)
+        spans = [(r.draft_cached, r.seq_len) for r in rows]
+        width = self.shapes.width(max(end - start for start, end in spans))
+        feed, real = self._feed(rows, *self._ragged(rows, spans, batch, width), span)
+        index = self._tensor(
+            [[end - start - 1] for start, end in spans] + [[0]] * (batch - count), torch.long
+        )
+        fed = sum(end - start for start, end in spans)
         proposal, draft_probs = [], []
         for i in range(k):
             if i > 0:
-                tokens = proposal[-1].unsqueeze(1)
                 positions = (seq_len - 1 + i).unsqueeze(1)
-                real = torch.ones_like(tokens, dtype=torch.bool)
-                logits_at = torch.zeros_like(positions)
-            q = probabilities(self._forward("draft", rows, tokens, positions, real, logits_at), params)[:, 0]
+                real = row_real
+                feed = Feed(
+                    proposal[-1].unsqueeze(1),
+                    positions,
+                    write_slots(feed.read_slots, positions, real, self.pool),
+                    feed.read_slots,
+                )
+                index = torch.zeros_like(positions)
+                fed = count
+            token, q = self._run(
+                "draft",
+                rows,
+                feed,
+                real,
+                fed,
+                longest + i,
+                self.functions.sample_step,
+                index,
+                draws,
+                seq_len + i,
+                counter_random.DRAFT,
+                features,
+            )
+            proposal.append(token)
             draft_probs.append(q)
-            proposal.append(self._draw(q, seeds, coupled, seq_len + i, counter_random.DRAFT))
-        drafts = torch.stack(proposal, dim=1)
 
-        # Target: the pending token and all k proposals in one pass.
-        pending = torch.tensor([[r.tokens[-1]] for r in rows], dtype=torch.long, device=device)
-        verify_tokens = torch.cat([pending, drafts], dim=1)
-        offsets = torch.arange(k + 1, device=device)
-        verify_positions = (seq_len - 1).unsqueeze(1) + offsets
-        target_logits = self._forward(
+        # Target: the pending token and all k proposals (padded to the verify width) in one pass.
+        columns = self.shapes.lookahead(k)
+        drafts = torch.stack(proposal, dim=1)
+        probs = torch.stack(draft_probs, dim=1)
+        if columns > k:
+            drafts = torch.cat([drafts, drafts.new_zeros(batch, columns - k)], dim=1)
+            probs = torch.cat([probs, probs.new_zeros(batch, columns - k, probs.shape[-1])], dim=1)
+        pending = self._tensor([[r.tokens[-1]] for r in rows] + [[0]] * (batch - count), torch.long)
+        offsets = torch.arange(columns + 1, device=self.device)
+        positions = (seq_len - 1).unsqueeze(1) + offsets
+        real = row_real & (offsets <= k)
+        verify_feed = Feed(
+            torch.cat([pending, drafts], dim=1),
+            positions,
+            write_slots(feed.read_slots, positions, real, self.pool),
+            feed.read_slots,
+        )
+        real_lookahead = torch.full((batch,), k, dtype=torch.long, device=self.device)
+        accepted, next_token = self._run(
             "target",
             rows,
-            verify_tokens,
-            verify_positions,
-            torch.ones_like(verify_tokens, dtype=torch.bool),
-            offsets.expand(len(rows), k + 1),
-        )
-        target_probs = probabilities(target_logits, params)
-        token_positions = seq_len.unsqueeze(1) + offsets  # where each possible new token lands
-        verdict = verify(
+            verify_feed,
+            real,
+            count * (k + 1),
+            longest + k,
+            self.functions.verify_step,
+            draws,
+            seq_len,
             drafts,
-            torch.stack(draft_probs, dim=1),
-            target_probs,
-            counter_random.uniforms(seeds, token_positions[:, :k], counter_random.ACCEPT),
-            counter_random.uniforms(seeds, token_positions, counter_random.NEXT),
+            probs,
+            real_lookahead,
+            features,
         )
-        if bool(coupled.any()):
-            choice = self._gumbel_choice(target_probs, seeds, token_positions, coupled)
-            gumbel = verify_coupled(drafts, choice)
-            verdict = Verdict(
-                accepted=torch.where(coupled, gumbel.accepted, verdict.accepted),
-                next_token=torch.where(coupled, gumbel.next_token, verdict.next_token),
-            )
-        counts = verdict.accepted.tolist()
-        drafted_rows = drafts.tolist()
-        next_tokens = verdict.next_token.tolist()
-        committed = []
-        for row, n, drafted, last in zip(rows, counts, drafted_rows, next_tokens, strict=True):
+        # The step's one synchronisation: accepted counts, next tokens and drafts to the host.
+        outcome = torch.cat([accepted.unsqueeze(1), next_token.unsqueeze(1), drafts[:, :k]], dim=1)[
+            :count
+        ].tolist()
+        committed, counts = [], []
+        for row, (n, last, *drafted) in zip(rows, outcome, strict=True):
             old = row.seq_len
             committed.append([*drafted[:n], last])
+            counts.append(n)
             new = old + n + 1
             row.target_cached = new - 1
             row.draft_cached = min(old + k - 1, new - 1)

@@ -47,14 +47,22 @@ def _greedy(rows: list[list[int]], new_tokens: int = NEW_TOKENS) -> list[Generat
     return [GenerationRequest(p, max_new_tokens=new_tokens) for p in rows]
 
 
-@pytest.mark.parametrize("name", list(PAIRS))
-@pytest.mark.parametrize("lookahead", range(1, 9))
-def test_greedy_speculative_equals_target_only_for_every_batch_size(name: str, lookahead: int) -> None:
+# Compiled runs cover the padded shapes (batches 1, 3 and 8 pad to buckets 1, 4 and 8)
+# and the smallest, a middle and the largest K; each new shape costs a compilation.
+GREEDY_CASES = [(name, k, "none", range(1, 9)) for name in PAIRS for k in range(1, 9)] + [
+    pytest.param("controlled_eps0.3", k, "default", (1, 3, 8), marks=pytest.mark.slow) for k in (1, 3, 8)
+]
+
+
+@pytest.mark.parametrize(("name", "lookahead", "compile", "batches"), GREEDY_CASES)
+def test_greedy_speculative_equals_target_only_for_every_batch_size(
+    name: str, lookahead: int, compile: str, batches: range
+) -> None:
     pair = _pair(name)
-    engine = Engine(pair, lookahead=lookahead)
+    engine = Engine(pair, lookahead=lookahead, compile=compile)
     rows = prompts(8, pair.vocab_size, seed=5)
     reference = _reference(name)
-    for batch in range(1, 9):
+    for batch in batches:
         results = engine.generate(_greedy(rows[:batch]), mode="speculative")
         for row, result in enumerate(results):
             assert tuple(result.tokens) == reference[row], f"batch {batch}, row {row}"
@@ -62,11 +70,14 @@ def test_greedy_speculative_equals_target_only_for_every_batch_size(name: str, l
             assert result.finish_reason == "length"
 
 
-@pytest.mark.parametrize("name", list(PAIRS))
-def test_batched_target_only_equals_each_row_alone(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "compile"),
+    [(name, "none") for name in PAIRS] + [pytest.param("unrelated", "default", marks=pytest.mark.slow)],
+)
+def test_batched_target_only_equals_each_row_alone(name: str, compile: str) -> None:
     pair = _pair(name)
     rows = prompts(8, pair.vocab_size, seed=5)
-    results = Engine(pair).generate(_greedy(rows), mode="target_only")
+    results = Engine(pair, compile=compile).generate(_greedy(rows), mode="target_only")
     assert [tuple(r.tokens) for r in results] == list(_reference(name))
 
 

@@ -130,13 +130,26 @@ def _flat_pair():
     return pair
 
 
+SETTINGS = [(1.0, 1.0, 0), (1.2, 0.9, 5)]
+# Compiled: unseeded rows (the residual rule) joining a running batch under top-k and
+# top-p; seeded (Gumbel) rows are compared token for token in test_decoding_compiled.
+RUNS = [(1, False, False), (3, False, False), (3, False, True), (3, True, True), ("goodput", True, True)]
+DISTRIBUTION_CASES = [(*run, *settings, "none") for run in RUNS for settings in SETTINGS] + [
+    pytest.param(3, False, True, *SETTINGS[1], "default", marks=pytest.mark.slow)
+]
+
+
 @pytest.mark.parametrize(
-    ("lookahead", "seeded", "joining"),
-    [(1, False, False), (3, False, False), (3, False, True), (3, True, True), ("goodput", True, True)],
+    ("lookahead", "seeded", "joining", "temperature", "top_p", "top_k", "compile"), DISTRIBUTION_CASES
 )
-@pytest.mark.parametrize(("temperature", "top_p", "top_k"), [(1.0, 1.0, 0), (1.2, 0.9, 5)])
 def test_first_two_tokens_follow_the_target_distribution(
-    lookahead: int | str, seeded: bool, joining: bool, temperature: float, top_p: float, top_k: int
+    lookahead: int | str,
+    seeded: bool,
+    joining: bool,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    compile: str,
 ) -> None:
     """Unseeded rows (residual rule) and seeded rows (Gumbel coupling) alike; ``joining``
     rows enter a batch that long rows are already running, a few at a time."""
@@ -154,7 +167,7 @@ def test_first_two_tokens_follow_the_target_distribution(
         )
         for i in range(samples)
     ]
-    engine = Engine(pair, lookahead=lookahead, max_rows=48 if joining else samples)
+    engine = Engine(pair, lookahead=lookahead, max_rows=48 if joining else samples, compile=compile)
     if joining:
         long_rows = [GenerationRequest([6, 3], max_new_tokens=60, temperature=1.0) for _ in range(8)]
         engine.submit_many(long_rows, _Discard())

@@ -1,0 +1,299 @@
+"""The GPU fast path measured: eager against compiled, near the memory-bandwidth limit.
+
+For each compile mode (CPU: ``none`` and ``default``; CUDA: ``none`` and
+``cuda_graphs``) it reports, through the engine's real decode path:
+- target-only tokens/s at batch 1, 8 and 32, against the bandwidth limit
+  (batch x bandwidth / bytes of target weights: every decode step reads all weights);
+- the draft/target cost ratio c (a draft-only step over a target-only step, batch 1);
+- speculative decoding with the draft = the target (acceptance α = 1, so every step
+  commits K + 1 tokens) for K = 1..8, from which the verify cost v(K) follows: a step
+  costs K draft passes plus one verify pass, all of one model, so
+  v(K) = step time / plain step time - K, in units of a one-token pass.
+
+``--device cpu --quick``: the embedded tiny pair (``.models/tiny``, built if missing).
+``--device cuda``: random-initialised Qwen3-8B and Qwen3-0.6B shapes in bf16 (configs
+below, nothing downloaded). Decode throughput is timed between the engine's step
+callbacks after the first step, so prefill and compilation are left out; every mode
+first runs the same workload once untimed to compile and capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specbatch.decoding import Engine, GenerationRequest, ModelPair, load_model_pair, pair_from_models  # noqa: E402
+from specbatch.decoding.tiny import build_tiny_pair  # noqa: E402
+from specbatch.decoding.tokenizer_build import build_tokenizer  # noqa: E402
+
+# Qwen3-8B and Qwen3-0.6B as published (config.json of Qwen/Qwen3-8B and Qwen/Qwen3-0.6B).
+QWEN3_8B = {
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": False,
+}
+QWEN3_0_6B = {
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": True,
+}
+QWEN3_VOCAB = 151936
+# Peak memory bandwidth (bytes/s) by device name, from the vendors' data sheets.
+GPU_BANDWIDTH = {"H100 80GB HBM3": 3.35e12, "H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}
+
+BATCHES = (1, 8, 32)
+LOOKAHEADS = tuple(range(1, 9))
+PROMPT_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Workload:
+    new_tokens: int
+    spec_tokens: int
+
+
+def random_qwen3(shape: dict, device: torch.device, tokenizer: object) -> torch.nn.Module:
+    """A Qwen3ForCausalLM of ``shape`` with random bf16 weights, built on the device."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=QWEN3_VOCAB,
+        max_position_embeddings=4096,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        **shape,
+    )
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    for param in model.parameters():
+        param.data.normal_(0.0, 0.02)
+    return model.eval()
+
+
+def load_pairs(device: torch.device, scratch: Path) -> tuple[ModelPair, ModelPair, str]:
+    """(the target + draft pair, the pair whose draft is the target itself, a label)."""
+    if device.type == "cpu":
+        target_dir, draft_dir = build_tiny_pair(ROOT / ".models" / "tiny")
+        pair = load_model_pair(str(target_dir), str(draft_dir), device="cpu")
+        same = pair_from_models(pair.hf_target, pair.hf_target, pair.tokenizer)
+        return pair, same, "tiny pair (.models/tiny), float32"
+    from transformers import AutoTokenizer
+
+    build_tokenizer(scratch, vocab_size=600)
+    tokenizer = AutoTokenizer.from_pretrained(scratch)
+    target = random_qwen3(QWEN3_8B, device, tokenizer)
+    draft = random_qwen3(QWEN3_0_6B, device, tokenizer)
+    pair = pair_from_models(target, draft, tokenizer)
+    same = pair_from_models(target, target, tokenizer)
+    return pair, same, "random-initialised Qwen3-8B / Qwen3-0.6B shapes, bf16"
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def memory_bandwidth(device: torch.device) -> float:
+    """Peak bytes/s: the data sheet on a GPU, a measured large copy on the CPU."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, value in GPU_BANDWIDTH.items():
+            if key in name:
+                return value
+        raise SystemExit(f"no bandwidth figure for {name!r}; add it to GPU_BANDWIDTH")
+    source = torch.ones(64 * 2**20)  # 256 MiB, far past the caches
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - started)
+    return 2 * source.numel() * source.element_size() / best  # read + write
+
+
+def decode_rate(engine: Engine, batch: int, new_tokens: int, mode: str) -> float:
+    """Committed tokens per second between the first and the last decode step."""
+    prompts = [[3 + (row * 7 + i) % 500 for i in range(PROMPT_TOKENS)] for row in range(batch)]
+    requests = [GenerationRequest(p, max_new_tokens=new_tokens) for p in prompts]
+    stamps: list[tuple[float, int]] = []
+
+    def on_step(updates: dict[int, list[int]]) -> None:
+        stamps.append((time.perf_counter(), sum(len(t) for t in updates.values())))
+
+    engine.generate(requests, mode=mode, on_step=on_step)
+    if len(stamps) < 2:
+        raise RuntimeError("too few decode steps to time; raise the token count")
+    tokens = sum(count for _, count in stamps[1:])
+    return tokens / (stamps[-1][0] - stamps[0][0])
+
+
+def measure(
+    pair: ModelPair, same: ModelPair, compile: str, work: Workload, device: str, limits: dict
+) -> list[dict]:
+    rows = []
+    target_rate: dict[int, float] = {}
+    for batch in BATCHES:
+        engine = Engine(pair, lookahead=0, compile=compile, max_rows=batch)
+        decode_rate(engine, batch, 4, "target_only")  # compile and capture
+        rate = decode_rate(engine, batch, work.new_tokens, "target_only")
+        target_rate[batch] = rate
+        draft_engine = Engine(pair, lookahead=0, compile=compile, max_rows=batch)
+        decode_rate(draft_engine, batch, 4, "draft_only")
+        draft_rate = decode_rate(draft_engine, batch, work.new_tokens, "draft_only")
+        rows.append(
+            {
+                "device": device,
+                "compile": compile,
+                "kind": "target_only",
+                "batch": batch,
+                "lookahead": 0,
+                "tokens_per_s": rate,
+                "bandwidth_limit_tokens_per_s": limits[batch],
+                "bandwidth_fraction": rate / limits[batch],
+                "cost_ratio": rate / draft_rate,
+                "verify_cost": None,
+            }
+        )
+    for k in LOOKAHEADS:
+        engine = Engine(same, lookahead=k, compile=compile, max_rows=1)
+        decode_rate(engine, 1, 2 * (k + 1), "speculative")
+        rate = decode_rate(engine, 1, work.spec_tokens, "speculative")
+        step_over_plain = (k + 1) * target_rate[1] / rate  # seconds per step / seconds per plain step
+        rows.append(
+            {
+                "device": device,
+                "compile": compile,
+                "kind": "speculative_alpha1",
+                "batch": 1,
+                "lookahead": k,
+                "tokens_per_s": rate,
+                "bandwidth_limit_tokens_per_s": limits[1],
+                "bandwidth_fraction": rate / limits[1],
+                "cost_ratio": None,
+                "verify_cost": step_over_plain - k,
+            }
+        )
+    return rows
+
+
+def table(rows: list[dict], modes: list[str]) -> str:
+    """Markdown: one line per measurement, the modes side by side."""
+    by_key = {(r["kind"], r["batch"], r["lookahead"], r["compile"]): r for r in rows}
+    keys = sorted(
+        {(r["kind"], r["batch"], r["lookahead"]) for r in rows}, key=lambda k: (k[0] != "target_only", k)
+    )
+    header = ["measure", "batch", "K"]
+    for mode in modes:
+        header += [f"tok/s {mode}", f"of limit {mode}", f"c / v(K) {mode}"]
+    header.append("speed-up")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for kind, batch, k in keys:
+        cells = [kind.replace("_", " "), str(batch), str(k)]
+        rates = []
+        for mode in modes:
+            row = by_key[kind, batch, k, mode]
+            extra = row["cost_ratio"] if kind == "target_only" else row["verify_cost"]
+            cells += [f"{row['tokens_per_s']:.1f}", f"{row['bandwidth_fraction']:.1%}", f"{extra:.2f}"]
+            rates.append(row["tokens_per_s"])
+        cells.append(f"{rates[-1] / rates[0]:.2f}x")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], modes: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode in modes:
+        plain = [r for r in rows if r["compile"] == mode and r["kind"] == "target_only"]
+        left.plot([r["batch"] for r in plain], [r["tokens_per_s"] for r in plain], marker="o", label=mode)
+        spec = [r for r in rows if r["compile"] == mode and r["kind"] == "speculative_alpha1"]
+        right.plot([r["lookahead"] for r in spec], [r["verify_cost"] for r in spec], marker="o", label=mode)
+    limit = [r for r in rows if r["compile"] == modes[0] and r["kind"] == "target_only"]
+    left.plot(
+        [r["batch"] for r in limit],
+        [r["bandwidth_limit_tokens_per_s"] for r in limit],
+        "k--",
+        label="bandwidth limit",
+    )
+    left.set(
+        xscale="log", yscale="log", xlabel="batch", ylabel="target-only tokens/s", title="Decode throughput"
+    )
+    right.set(xlabel="K", ylabel="v(K), one-token passes", title="Verify cost (draft = target)")
+    left.legend()
+    right.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--quick", action="store_true", help="fewer tokens per measurement")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_gpu.json")
+    parser.add_argument("--plot", type=Path, default=None, help="PNG of throughput and verify cost")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    modes = ["none", "default"] if device.type == "cpu" else ["none", "cuda_graphs"]
+    work = Workload(new_tokens=24, spec_tokens=27) if args.quick else Workload(new_tokens=96, spec_tokens=108)
+    scratch = args.out.parent / "bench_gpu_tokenizer"
+    scratch.mkdir(parents=True, exist_ok=True)
+    pair, same, label = load_pairs(device, scratch)
+    bandwidth = memory_bandwidth(device)
+    weights = weight_bytes(pair.hf_target)
+    limits = {batch: batch * bandwidth / weights for batch in BATCHES}
+    started = time.perf_counter()
+    with torch.inference_mode():
+        rows = [row for mode in modes for row in measure(pair, same, mode, work, args.device, limits)]
+    machine = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine()
+    )
+    report = {
+        "models": label,
+        "machine": f"{machine}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "bandwidth_bytes_per_s": bandwidth,
+        "target_weight_bytes": weights,
+        "seconds": time.perf_counter() - started,
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(
+        f"{label}; {report['machine']}; bandwidth {bandwidth / 1e9:.1f} GB/s; "
+        f"target weights {weights / 1e6:.1f} MB"
+    )
+    print(table(rows, modes))
+    if args.plot:
+        plot(rows, modes, args.plot)
+
+
+if __name__ == "__main__":
+    main()
