@@ -51,6 +51,7 @@ class TritonPythonModel:
             kv_memory_budget_bytes=int(settings.number("kv_memory_budget_gb") * (1 << 30)),
             block_size=settings.integer("kv_block_size", 16),
             max_rows=settings.integer("max_rows", 64),
+            compile=settings.raw("compile", "none"),
         )
         self.batched = config.get("max_batch_size", 0) > 0
         self.link = None
