@@ -80,6 +80,10 @@ class RepositoryClient:
         """(Re)load `model` from its repository; needs --model-control-mode=explicit."""
         self._post(f"/v2/repository/models/{model}/load")
 
+    def unload(self, model: str) -> None:
+        """Unload `model`; returns once Triton has started unloading it."""
+        self._post(f"/v2/repository/models/{model}/unload")
+
     def _post(self, path: str) -> bytes:
         request = urllib.request.Request(
             self.base + path, data=b"{}", method="POST", headers={ADMIN_HEADER: self.key}

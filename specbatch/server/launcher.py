@@ -122,6 +122,7 @@ def serve(
     try:
         process.start()
         process.wait_ready()
+        process.supervise()
         if front is not None:
             front.start()
             front.wait_ready()

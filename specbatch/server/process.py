@@ -1,8 +1,10 @@
 """A tritonserver child process over the specbatch repositories: start, wait, stop.
 
 Used by `specbatch serve` and by the integration tests, so both run the server the
-same way: both model repositories, the chosen config variant, loopback ports, and a
-stop by process id that lets in-flight requests finish.
+same way: both model repositories in explicit model control (every model loaded at
+start; the repository API, restricted to the admin key, can then reload one), the
+chosen config variant, loopback ports, instances brought back when their process dies,
+and a stop by process id that lets in-flight requests finish.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from specbatch.server.admin import RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
+from specbatch.server.supervisor import InstanceSupervisor
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +65,9 @@ class ServerOptions:
     admin_key: str = field(default_factory=admin_key, repr=False)
 
     def arguments(self) -> list[str]:
-        """Both repositories, or with `only_model` that one model alone (explicit model control)."""
+        """Both repositories and every model, or with `only_model` that one model alone."""
         if self.only_model:
-            repositories = [
-                f"--model-repository={self.root / 'model_repository'}",
-                "--model-control-mode=explicit",
-                f"--load-model={self.only_model}",
-            ]
+            repositories = [f"--model-repository={self.root / 'model_repository'}"]
         else:
             repositories = [
                 f"--model-repository={self.root / 'model_repository'}",
@@ -76,6 +75,8 @@ class ServerOptions:
             ]
         args = [
             *repositories,
+            "--model-control-mode=explicit",
+            f"--load-model={self.only_model or '*'}",
             f"--http-address={self.host}",
             f"--grpc-address={self.host}",
             f"--metrics-address={self.host}",
@@ -105,6 +106,7 @@ class TritonProcess:
         self.installation = installation or find_tritonserver()
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
+        self.supervisor: InstanceSupervisor | None = None
 
     @property
     def http_url(self) -> str:
@@ -142,7 +144,12 @@ class TritonProcess:
 
     def stub_pids(self) -> dict[str, int]:
         """{model instance name: pid} of the server's Python backend stub processes (one per
-        instance, each a child of tritonserver naming its instance on its command line)."""
+        instance; while a model reloads, the newest of a name's two)."""
+        return {name: pid for pid, name in sorted(self.stubs().items())}
+
+    def stubs(self) -> dict[int, str]:
+        """{pid: model instance name} of every Python backend stub process of the server
+        (each a child of tritonserver naming its instance on its command line)."""
         if self.process is None:
             return {}
         stubs = {}
@@ -155,8 +162,26 @@ class TritonProcess:
             except (OSError, IndexError, ValueError):
                 continue
             if parent == self.process.pid and len(argv) > 8 and b"python_backend_stub" in argv[0]:
-                stubs[argv[8].decode(errors="replace")] = int(entry.name)
+                stubs[int(entry.name)] = argv[8].decode(errors="replace")
         return stubs
+
+    def supervise(self, model: str = "qwen3_specdec") -> InstanceSupervisor:
+        """Reload `model` whenever one of its instance processes dies (see supervisor)."""
+        repository = self.repository()
+
+        def restart() -> None:
+            repository.unload(model)
+            repository.load(model)
+
+        prefix = f"{model}_"
+        self.supervisor = InstanceSupervisor(
+            lambda: {pid: name for pid, name in self.stubs().items() if name.startswith(prefix)},
+            lambda: repository.load(model),
+            restart,
+        )
+        self.supervisor.check()
+        self.supervisor.start()
+        return self.supervisor
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
         """Block until /v2/health/ready answers 200; raise with the log tail if it never does."""
@@ -177,9 +202,11 @@ class TritonProcess:
     def stop(self, timeout_s: float | None = None) -> int | None:
         """SIGTERM (Triton drains in-flight requests), then SIGKILL if it outlives the timeout;
         then SIGKILL any of its stub processes that outlived it, so nothing it started stays."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
         if self.process is None or self.process.poll() is not None:
             return self._returncode()
-        stubs = list(self.stub_pids().values())
+        stubs = list(self.stubs())
         timeout_s = timeout_s if timeout_s is not None else self.options.exit_timeout_s + 15
         os.kill(self.process.pid, signal.SIGTERM)
         try:

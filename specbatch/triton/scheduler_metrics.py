@@ -31,7 +31,8 @@ class SchedulerMetrics(SchedulerEvents):
             ("specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full"),
             ("specbatch_shed_prompts_total", "Queued prompts failed early: their deadline could not be met"),
             ("specbatch_requeued_prompts_total", "Prompts re-run after their instance failed"),
-            ("specbatch_instance_failures_total", "Instances taken out of service (connection lost)"),
+            ("specbatch_instance_failures_total", "Instances taken out of service (connection lost or hung)"),
+            ("specbatch_instance_restarts_total", "Instances back in service after a failure"),
             ("specbatch_scheduler_restarts_total", "Times the scheduler loop failed and restarted"),
         ):
             self._m.declare_counter(name, text)
@@ -126,11 +127,17 @@ class SchedulerMetrics(SchedulerEvents):
     def instance_lost(self, instance: str) -> None:
         self._last_gauge.pop(instance, None)
         self._m.increment(
-            "specbatch_instance_failures_total", "Instances taken out of service (connection lost)"
+            "specbatch_instance_failures_total", "Instances taken out of service (connection lost or hung)"
         )
         self._m.set(
             "specbatch_instance_up", "1 while the instance is connected and serving", 0, instance=instance
         )
+
+    def instance_restarted(self, instance: str) -> None:
+        self._m.increment("specbatch_instance_restarts_total", "Instances back in service after a failure")
+
+    def instances_serving(self, count: int) -> None:
+        self._m.set("specbatch_instances_serving", "Instances connected and in service", count)
 
     def _due(self, series: str) -> bool:
         now = time.monotonic()

@@ -148,6 +148,7 @@ def running_server(log: Path, env: dict[str, str], exit_timeout_s: int = 10) -> 
     process.start(log)
     try:
         process.wait_ready(timeout_s=300)
+        process.supervise()
         yield process
     finally:
         process.stop()

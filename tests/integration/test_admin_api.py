@@ -48,10 +48,9 @@ def test_the_repository_api_serves_the_key_holder(server):
     repository = server.repository()
     states = {model["name"]: model["state"] for model in repository.index()}
     assert states == dict.fromkeys(("qwen3_specdec", "router", "scheduler", "specbatch"), "READY")
-    # Past the restriction: model control itself answers (this server runs without
-    # --model-control-mode=explicit, so Triton refuses the load, not the caller).
-    with pytest.raises(AdminRequestError, match=r"HTTP 503 .*not allowed if polling is enabled"):
-        repository.load("router")
+    # Past the restriction, model control itself answers.
+    with pytest.raises(AdminRequestError, match=r"HTTP 400 .*no_such_model"):
+        repository.load("no_such_model")
     with pytest.raises(AdminRequestError, match="HTTP 403"):
         RepositoryClient(server.http_url, "x" * 32).index()
 

@@ -141,6 +141,9 @@ class _Channel:
         if self._runner is not None and self._name not in self._cluster.dead:
             self._runner.handle(message)
 
+    def terminate(self) -> None:
+        self._cluster.terminated.append(self._name)
+
 
 class Cluster:
     """A SchedulerCore on the running asyncio loop, and instances joining and leaving it.
@@ -158,6 +161,8 @@ class Cluster:
         queue_limit: int = 256,
         admission: AdmissionConfig | None = None,
         events: SchedulerEvents | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        hang_after_s: float = 60.0,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.pair = pair
@@ -173,13 +178,18 @@ class Cluster:
             self.intake,
             AdmissionPolicy(admission or AdmissionConfig(queue_limit=queue_limit)),
             solve_inline,
-            settings=CoreSettings(generation_mode="speculative", fallback_tokens=4),
+            settings=CoreSettings(
+                generation_mode="speculative", fallback_tokens=4, hang_after_s=hang_after_s
+            ),
             events=events,
+            clock=clock,
         )
         self.runners: dict[str, InstanceRunner] = {}
         self.received: dict[str, list[dict[str, Any]]] = defaultdict(list)  # core -> instance
         self.reported: dict[str, list[dict[str, Any]]] = defaultdict(list)  # instance -> core
         self.dead: set[str] = set()
+        self.channels: dict[str, _Channel] = {}
+        self.terminated: list[str] = []
         self._muted: set[str] = set()
         self._changed = asyncio.Event()
 
@@ -191,19 +201,23 @@ class Cluster:
         if dies_before_finishing:
             self._muted.add(name)
         hello = over_the_wire(runner.hello("cpu"))
-        self.core.instance_joined(name, load_from_dict(hello["load"]), _Channel(self, name, runner))
+        self.channels[name] = _Channel(self, name, runner)
+        self.core.instance_joined(name, load_from_dict(hello["load"]), self.channels[name])
         return runner
 
-    def join_scripted(self, name: str, load: InstanceLoad | None = None) -> None:
+    def join_scripted(self, name: str, load: InstanceLoad | None = None) -> _Channel:
         """An instance the test plays itself: the core's messages are only recorded, and the
-        test answers with ``self.core.instance_step/instance_done``."""
+        test answers with ``self.core.instance_step/instance_done`` on the returned
+        connection (a name that joins again gets a new connection)."""
         load = load or IDLE_LOAD
-        self.core.instance_joined(name, load, _Channel(self, name, None))
+        self.channels[name] = _Channel(self, name, None)
+        self.core.instance_joined(name, load, self.channels[name])
+        return self.channels[name]
 
     def lose(self, name: str) -> None:
         """The instance's process died: its connection closes and its rows go nowhere."""
         self.dead.add(name)
-        self.core.instance_lost(name, "its connection closed")
+        self.core.instance_lost(self.channels[name], "its connection closed")
         self.runners[name].cancel_all()
 
     def reply(self) -> Reply:
@@ -249,10 +263,10 @@ class Cluster:
         self.reported[name].append(message)
         load = load_from_dict(message["load"])
         if message["type"] == "step":
-            self.core.instance_step(name, message["first"], message["deltas"], load)
+            self.core.instance_step(self.channels[name], message["first"], message["deltas"], load)
         elif message["type"] == "done":
             outcome = outcome_from_dict(message["outcome"])
-            self.core.instance_done(name, int(message["row"]), outcome, load)
+            self.core.instance_done(self.channels[name], int(message["row"]), outcome, load)
         self._changed.set()
 
 

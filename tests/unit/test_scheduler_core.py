@@ -82,6 +82,7 @@ class Recorder(SchedulerEvents):
         self.rejected_prompts: list[int] = []
         self.lost: list[str] = []
         self.requeued_prompts: list[int] = []
+        self.restarted_instances: list[str] = []
 
     def settled(self, outcomes, timings) -> None:
         self.settled_timings.append(timings)
@@ -94,6 +95,9 @@ class Recorder(SchedulerEvents):
 
     def requeued(self, prompts) -> None:
         self.requeued_prompts.append(prompts)
+
+    def instance_restarted(self, instance) -> None:
+        self.restarted_instances.append(instance)
 
 
 def test_a_mixed_request_is_answered_once_in_order_naming_the_instance_of_each_model_row(
@@ -244,6 +248,62 @@ def test_a_streamed_row_whose_instance_is_lost_is_answered_with_an_error_naming_
     run_cluster(pair, tiny_pair_dir, scenario)
 
 
+def test_a_reloaded_instance_s_old_connection_finishes_its_rows_and_gets_no_new_work(tiny_pair_dir):
+    events = Recorder()
+
+    async def scenario(cluster):
+        old = cluster.join_scripted("s")
+        first = cluster.admit(routed([INFOBENCH], max_tokens=[8]))
+        [row] = rows_sent(cluster, "s")
+        new = cluster.join_scripted("s")  # the model was reloaded: same name, new connection
+        assert cluster.core.queued == 0 and first.finals == [], "the running row stays where it is"
+
+        second = cluster.admit(routed([OTHER], max_tokens=[8]))
+        assert len(cluster.received["s"]) == 2
+        cluster.core.instance_done(old, row["row"], RowOutcome(text="old", instance="s"), IDLE_LOAD)
+        assert [o.text for o in first.finals[0]] == ["old"]
+
+        cluster.core.instance_lost(old, "its connection closed")  # the old instance unloads
+        assert events.lost == [] and events.restarted_instances == []
+        [newer] = [r for m in cluster.received["s"][1:] for r in m["rows"]]
+        cluster.core.instance_done(new, newer["row"], RowOutcome(text="new", instance="s"), IDLE_LOAD)
+        assert [o.text for o in second.finals[0]] == ["new"]
+
+    run_cluster(None, tiny_pair_dir, scenario, events=events)
+
+
+def test_a_hung_instance_is_ended_and_its_unstreamed_rows_run_elsewhere(tiny_pair_dir):
+    now = [100.0]
+    events = Recorder()
+
+    async def scenario(cluster):
+        hung = cluster.join_scripted("h")
+        reply = cluster.admit(routed([INFOBENCH], max_tokens=[8]))
+        [row] = rows_sent(cluster, "h")
+        now[0] += 29.0
+        cluster.core.instance_step(hung, [], [], IDLE_LOAD)  # progress: not hung
+        now[0] += 29.0
+        cluster.core.check_hung()
+        assert cluster.terminated == [] and events.lost == []
+
+        now[0] += 2.0  # 31 s without a step while running a row
+        cluster.core.check_hung()
+        assert cluster.terminated == ["h"] and events.lost == ["h"]
+        assert cluster.core.queued == 1 and reply.finals == []
+
+        healthy = cluster.join_scripted("b")
+        [again] = rows_sent(cluster, "b")
+        assert again["prompt"] == row["prompt"]
+        cluster.core.instance_done(hung, row["row"], RowOutcome(text="late"), IDLE_LOAD)
+        cluster.core.instance_done(healthy, again["row"], RowOutcome(text="fine", instance="b"), IDLE_LOAD)
+        assert [(o.text, o.instance) for o in reply.finals[0]] == [("fine", "b")], "one answer, the new one"
+
+        cluster.join_scripted("h")
+        assert events.restarted_instances == ["h"]
+
+    run_cluster(None, tiny_pair_dir, scenario, events=events, clock=lambda: now[0], hang_after_s=30.0)
+
+
 def test_a_request_over_the_queue_limit_is_refused_whole(pair, tiny_pair_dir):
     events = Recorder()
 
@@ -349,14 +409,18 @@ def test_the_draft_s_answer_picks_the_task_among_the_prompt_s_candidates(
         [draft] = rows_sent(cluster, "s")
         assert (draft["mode"], draft["max_tokens"]) == ("draft_only", 4)
         assert draft["prompt"] == build_fallback_prompt(UNPLACED)
-        cluster.core.instance_done("s", draft["row"], RowOutcome(text=draft_says, instance="s"), IDLE_LOAD)
+        cluster.core.instance_done(
+            cluster.channels["s"], draft["row"], RowOutcome(text=draft_says, instance="s"), IDLE_LOAD
+        )
         assert reply.finals == []
 
         prepared = prepare_prompt(UNPLACED, task)
         [_, placed] = rows_sent(cluster, "s")
         assert (placed["kind"], placed["prompt"]) == (next_kind, prepared.model_prompt)
         answer = prepared.continuations[0] if next_kind == SCORE else "ok"
-        cluster.core.instance_done("s", placed["row"], RowOutcome(text=answer, instance="s"), IDLE_LOAD)
+        cluster.core.instance_done(
+            cluster.channels["s"], placed["row"], RowOutcome(text=answer, instance="s"), IDLE_LOAD
+        )
         [[outcome]] = reply.finals
         assert (outcome.task, outcome.instance, outcome.error) == (task, "s", "")
         assert outcome.text == ("The answer is (A)" if next_kind == SCORE else "ok")
@@ -370,7 +434,7 @@ def test_a_failed_draft_row_answers_the_prompt_with_its_error(tiny_pair_dir):
         reply = cluster.admit(unplaced())
         [draft] = rows_sent(cluster, "s")
         failed = RowOutcome.failed("engine step failed: boom")
-        cluster.core.instance_done("s", draft["row"], failed, IDLE_LOAD)
+        cluster.core.instance_done(cluster.channels["s"], draft["row"], failed, IDLE_LOAD)
         [[outcome]] = reply.finals
         assert (outcome.finish_reason, outcome.error) == ("error", "engine step failed: boom")
         assert len(rows_sent(cluster, "s")) == 1
@@ -385,7 +449,9 @@ def test_an_unplaced_chat_prompt_keeps_its_chat_format_once_placed(tiny_pair_dir
         cluster.join_scripted("s")
         cluster.admit(unplaced(chat=[True], chat_history=[history]))
         [draft] = rows_sent(cluster, "s")
-        cluster.core.instance_done("s", draft["row"], RowOutcome(text="infobench"), IDLE_LOAD)
+        cluster.core.instance_done(
+            cluster.channels["s"], draft["row"], RowOutcome(text="infobench"), IDLE_LOAD
+        )
         [_, generation] = rows_sent(cluster, "s")
         assert generation["chat"] == {
             "history": [["system", "Be brief."]],
@@ -406,7 +472,7 @@ def test_a_row_cancelled_while_running_still_names_its_instance(tiny_pair_dir):
         cluster.core.poll_cancellations()
         assert cluster.received["s"][-1] == {"type": "cancel", "rows": [row["row"]]}
         stopped = RowOutcome(text="Lig", finish_reason="cancelled", num_output_tokens=2, instance="s")
-        cluster.core.instance_done("s", row["row"], stopped, IDLE_LOAD)
+        cluster.core.instance_done(cluster.channels["s"], row["row"], stopped, IDLE_LOAD)
         [[outcome]] = reply.finals
         assert (outcome.finish_reason, outcome.error) == ("cancelled", "request cancelled")
         assert (outcome.instance, outcome.num_output_tokens) == ("s", 2)

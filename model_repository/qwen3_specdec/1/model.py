@@ -57,9 +57,13 @@ class TritonPythonModel:
         self.link = None
         if not self.batched:
             interval_s = settings.number("report_interval_ms", 20.0) / 1000.0
-            runner = InstanceRunner(self.engine, self.name, self._send, interval_s)
+            self.runner = InstanceRunner(self.engine, self.name, self._send, interval_s)
+            self.drain_s = settings.number("drain_ms", 20000.0) / 1000.0
             self.link = SchedulerLink(
-                socket_path(), lambda: runner.hello(self.device), runner.handle, runner.cancel_all
+                socket_path(),
+                lambda: self.runner.hello(self.device),
+                self.runner.handle,
+                self.runner.cancel_all,
             )
             self.link.start()
         logger.info("%s ready on %s (%d KV blocks)", self.name, self.device, self.engine.pool.num_blocks)
@@ -87,4 +91,8 @@ class TritonPythonModel:
 
     def finalize(self):
         if self.link is not None:
+            if not self.runner.drain(self.drain_s):
+                logger.warning(
+                    "%s: rows still running after %.0f s; unloading anyway", self.name, self.drain_s
+                )
             self.link.stop()

@@ -11,6 +11,7 @@ load go out in one message — and once per finished row. A row the engine refus
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,7 @@ class InstanceRunner:
         self._faulty: set[int] = set()
         engine.step_hook = self._inject_fault
         self._lock = threading.Lock()
+        self._row_left = threading.Condition(self._lock)
         self._handles: dict[int, RowHandle] = {}
         self._streams: dict[int, IncrementalDetokenizer] = {}
         self._started: set[int] = set()
@@ -63,7 +65,13 @@ class InstanceRunner:
         return _load_of(self._engine, on_loop=threading.current_thread() is self._engine.loop_thread)
 
     def hello(self, device: str) -> dict[str, Any]:
-        return {"type": "hello", "instance": self._name, "device": device, "load": load_to_dict(self.load())}
+        return {
+            "type": "hello",
+            "instance": self._name,
+            "pid": os.getpid(),
+            "device": device,
+            "load": load_to_dict(self.load()),
+        }
 
     def handle(self, message: dict[str, Any]) -> None:
         """A message from the scheduler: rows to run, or rows to cancel."""
@@ -79,6 +87,16 @@ class InstanceRunner:
                     self._engine.cancel(handle)
         else:
             logger.warning("%s: unknown message %r from the scheduler", self._name, kind)
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the rows already here to finish; whether they did.
+
+        Triton unloads an instance after its replacement is ready (a reload) or when the
+        server stops; the scheduler sends a retiring connection nothing new, so the rows
+        it runs can finish instead of being re-run or failed. If the scheduler goes away
+        first, its rows are cancelled and end at the next step."""
+        with self._row_left:
+            return self._row_left.wait_for(lambda: not self._handles, timeout_s)
 
     def cancel_all(self) -> None:
         """The scheduler is gone: nobody waits for these rows any more."""
@@ -165,6 +183,7 @@ class InstanceRunner:
             self._streams.pop(row, None)
             self._started.discard(row)
             self._faulty.discard(row)
+            self._row_left.notify_all()
         if self._pending_deltas:
             self._report_step([], time.monotonic())
         outcome = replace(outcome, instance=self._name)

@@ -11,7 +11,11 @@ same connection and are written straight into the request's state.
 
 A connection that closes is an instance that died: it gets no more work, and the
 prompts it was running are re-queued when nothing of them reached the client yet
-(once), or answered with an error.
+(once), or answered with an error. An instance that has rows but reports no step for
+``hang_after_s`` is hung: it is taken out of service the same way and its process is
+ended, so that it is restarted. A new connection under a name already connected (the
+model was reloaded) takes the name's new work; the old connection retires: the rows
+it runs finish there, and it gets nothing new.
 """
 
 from __future__ import annotations
@@ -51,7 +55,13 @@ class ShuttingDown(RuntimeError):
 
 
 class InstanceChannel(Protocol):
+    """One instance connection; the core knows an instance by its connection, so a
+    retired connection's late messages cannot be mistaken for its successor's."""
+
     def send(self, message: dict[str, Any]) -> None: ...
+
+    def terminate(self) -> None:
+        """Close the connection and end the instance's process (it is hung)."""
 
 
 class SchedulerEvents:
@@ -73,6 +83,10 @@ class SchedulerEvents:
 
     def instance_lost(self, instance: str) -> None: ...
 
+    def instance_restarted(self, instance: str) -> None: ...
+
+    def instances_serving(self, count: int) -> None: ...
+
     def restarted(self, error: str) -> None: ...
 
     def queue_depths(self, depths: list[int]) -> None: ...
@@ -83,6 +97,7 @@ class CoreSettings:
     generation_mode: str = "speculative"
     fallback_tokens: int = 4
     max_attempts: int = 2
+    hang_after_s: float = 60.0
 
 
 @dataclass
@@ -90,6 +105,7 @@ class _Running:
     job: PromptJob
     queued: QueuedRequest
     instance: str
+    channel: InstanceChannel
 
 
 class SchedulerCore:
@@ -109,7 +125,10 @@ class SchedulerCore:
         self._settings = settings or CoreSettings()
         self._events = events or SchedulerEvents()
         self._clock = clock
-        self._channels: dict[str, InstanceChannel] = {}
+        self._channels: dict[str, InstanceChannel] = {}  # in service, by name
+        self._names: dict[InstanceChannel, str] = {}  # every open connection (also retiring)
+        self._progress_s: dict[InstanceChannel, float] = {}
+        self._seen: set[str] = set()
         self._running: dict[int, _Running] = {}
         self._rows = itertools.count()
         self._active: dict[int, RequestState] = {}
@@ -187,19 +206,32 @@ class SchedulerCore:
     # ---- instances --------------------------------------------------------------------
 
     def instance_joined(self, name: str, load: InstanceLoad, channel: InstanceChannel) -> None:
-        if name in self._channels:
-            self.instance_lost(name, "it connected again")
+        previous = self._channels.pop(name, None)
+        if previous is not None:
+            self._policy.remove_instance(name)
+            logger.warning("instance %s connected again; its old connection retires", name)
+        elif name in self._seen:
+            self._events.instance_restarted(name)
+        self._seen.add(name)
         self._channels[name] = channel
+        self._names[channel] = name
+        self._progress_s[channel] = self._clock()
         self._policy.add_instance(name, load)
         logger.info("instance %s joined: %d KV blocks of %d tokens", name, load.blocks_total, load.block_size)
-        self._report(name, load)
+        self._events.instances_serving(len(self._channels))
+        self._report(channel, load)
         self._schedule_or_restart()
 
     def instance_step(
-        self, name: str, first: Iterable[int], deltas: Iterable[tuple[int, str]], load: InstanceLoad
+        self,
+        channel: InstanceChannel,
+        first: Iterable[int],
+        deltas: Iterable[tuple[int, str]],
+        load: InstanceLoad,
     ) -> None:
         """An instance's step report: rows that produced their first token, streamed text."""
         now = self._clock()
+        self._progress_s[channel] = now
         for row in first:
             running = self._running.get(row)
             if running is not None:
@@ -209,31 +241,41 @@ class SchedulerCore:
             if running is not None:
                 running.job.state.first_token(running.job.index, now)
                 running.job.state.stream_text(running.job.index, running.job.task, text, now)
-        self._report(name, load)
+        self._report(channel, load)
         self._schedule_or_restart()
 
-    def instance_done(self, name: str, row: int, outcome: RowOutcome, load: InstanceLoad) -> None:
-        running = self._running.pop(row, None)
-        if running is not None:
-            self._policy.finished(name, running.queued, outcome.num_output_tokens)
+    def instance_done(
+        self, channel: InstanceChannel, row: int, outcome: RowOutcome, load: InstanceLoad
+    ) -> None:
+        self._progress_s[channel] = self._clock()
+        running = self._running.get(row)
+        if running is not None and running.channel is channel:
+            del self._running[row]
+            self._policy.finished(running.instance, running.queued, outcome.num_output_tokens)
             try:
                 self._finished_row(running.job, outcome)
             except Exception as exc:  # the prompt still gets its one answer
                 logger.exception("handling the outcome of row %d failed", row)
                 self._settle(running.job, RowOutcome.failed(f"the scheduler failed on this answer: {exc}"))
-        self._report(name, load)
+        self._report(channel, load)
         self._schedule_or_restart()
 
-    def instance_lost(self, name: str, reason: str) -> None:
-        """Take the instance out of service; settle or re-queue the prompts it was running."""
-        if self._channels.pop(name, None) is None:
+    def instance_lost(self, channel: InstanceChannel, reason: str) -> None:
+        """The connection ended: if it was in service, take the instance out; settle or
+        re-queue the prompts it was running."""
+        name = self._names.pop(channel, None)
+        self._progress_s.pop(channel, None)
+        if name is None:
             return
-        self._policy.remove_instance(name)
-        self._events.instance_lost(name)
-        logger.error("instance %s is out of service (%s)", name, reason)
+        if self._channels.get(name) is channel:
+            del self._channels[name]
+            self._policy.remove_instance(name)
+            self._events.instance_lost(name)
+            self._events.instances_serving(len(self._channels))
+            logger.error("instance %s is out of service (%s)", name, reason)
         requeued = 0
         for row, running in list(self._running.items()):
-            if running.instance != name:
+            if running.channel is not channel:
                 continue
             del self._running[row]
             job = running.job
@@ -255,9 +297,27 @@ class SchedulerCore:
             self._events.requeued(requeued)
         self._schedule_or_restart()
 
-    def _report(self, name: str, load: InstanceLoad) -> None:
-        if name not in self._channels:
-            return
+    def check_hung(self) -> None:
+        """Take out of service, and end, every instance that has rows but made no progress
+        for ``hang_after_s`` (a stuck kernel, a deadlock): its prompts go elsewhere."""
+        now = self._clock()
+        busy = {running.channel for running in self._running.values()}
+        for channel in busy:
+            silent_s = now - self._progress_s.get(channel, now)
+            if silent_s <= self._settings.hang_after_s:
+                continue
+            name = self._names.get(channel, "?")
+            logger.error("instance %s made no progress for %.0f s: ending it", name, silent_s)
+            self.instance_lost(channel, f"no progress for {silent_s:.0f} s")
+            try:
+                channel.terminate()
+            except Exception:
+                logger.exception("ending hung instance %s failed", name)
+
+    def _report(self, channel: InstanceChannel, load: InstanceLoad) -> None:
+        name = self._names.get(channel)
+        if name is None or self._channels.get(name) is not channel:
+            return  # a retiring connection's load is not its successor's
         self._policy.report(name, load)
         allowed, b_sla = self._policy.capacity(name)
         self._events.instance_load(name, load, allowed, b_sla)
@@ -287,7 +347,7 @@ class SchedulerCore:
                 job.instance, job.row = name, row
                 job.attempts += 1
                 job.state.dispatched_s[job.index] = now
-                self._running[row] = _Running(job, request, name)
+                self._running[row] = _Running(job, request, name, channel)
                 rows.append(work_to_dict(self._work(job, row, now)))
             channel.send({"type": "run", "rows": rows})
             self._events.admitted(name, len(rows))
@@ -395,7 +455,7 @@ class SchedulerCore:
         for serial, state in list(self._active.items()):
             if state.done or not state.reply.is_cancelled():
                 continue
-            by_instance: dict[str, list[int]] = {}
+            rows: list[int] = []
             for job in self._jobs_of.get(serial, ()):
                 if state.outcomes[job.index] is not None:
                     continue
@@ -403,9 +463,9 @@ class SchedulerCore:
                     self._settle(
                         job, RowOutcome.failed("request cancelled", task=job.task, reason="cancelled")
                     )
-                elif job.instance is not None and job.row is not None:
-                    by_instance.setdefault(job.instance, []).append(job.row)
-            self._cancel_rows(by_instance)
+                elif job.row is not None:
+                    rows.append(job.row)
+            self._cancel_rows(rows)
 
     @property
     def running_rows(self) -> int:
@@ -422,12 +482,10 @@ class SchedulerCore:
     def fail_everything(self, message: str) -> None:
         """Answer every prompt still held (shutdown, or the loop failing) with ``message``;
         rows running on instances are cancelled there and their reservations released."""
-        by_instance: dict[str, list[int]] = {}
-        for row, running in self._running.items():
-            by_instance.setdefault(running.instance, []).append(row)
+        for running in self._running.values():
             self._policy.finished(running.instance, running.queued, 0)
+        self._cancel_rows(list(self._running))
         self._running.clear()
-        self._cancel_rows(by_instance)
         for serial in list(self._active):
             for job in self._jobs_of.get(serial, ()):
                 self._policy.cancel(job.key)
@@ -443,9 +501,12 @@ class SchedulerCore:
         self.fail_everything(message)
         self._events.restarted(message)
 
-    def _cancel_rows(self, by_instance: dict[str, list[int]]) -> None:
-        """Tell each instance to drop these rows at its next step."""
-        for name, rows in by_instance.items():
-            channel = self._channels.get(name)
-            if channel is not None:
-                channel.send({"type": "cancel", "rows": rows})
+    def _cancel_rows(self, rows: list[int]) -> None:
+        """Tell the connections running these rows to drop them at their next step."""
+        by_channel: dict[InstanceChannel, list[int]] = {}
+        for row in rows:
+            running = self._running.get(row)
+            if running is not None:
+                by_channel.setdefault(running.channel, []).append(row)
+        for channel, mine in by_channel.items():
+            channel.send({"type": "cancel", "rows": mine})

@@ -87,6 +87,7 @@ class SchedulerLoop:
                 self._supervised(self._core.poll_cancellations)
                 self._supervised(self._core.flush_streams)
                 self._supervised(self._core.schedule)
+                self._supervised(self._core.check_hung)
                 self._guarded(self._core.report_queue)
                 timeout = self._cancel_poll_s
                 wake = self._core.next_wakeup_s()

@@ -97,6 +97,7 @@ def build_core(settings: ModelSettings, events: SchedulerEvents) -> tuple[Schedu
         settings=CoreSettings(
             generation_mode=settings.raw("generation_mode", "speculative"),
             fallback_tokens=settings.integer("fallback_tokens", 4),
+            hang_after_s=settings.number("instance_hang_ms", 60000.0) / 1000.0,
         ),
         events=events,
     )
