@@ -76,17 +76,30 @@ class RepositoryClient:
         """Every model in the repositories with its state ("READY", "UNAVAILABLE", ...)."""
         return json.loads(self._post("/v2/repository/index") or b"[]")
 
-    def load(self, model: str) -> None:
-        """(Re)load `model` from its repository; needs --model-control-mode=explicit."""
-        self._post(f"/v2/repository/models/{model}/load")
+    def load(self, model: str, config: dict | None = None) -> None:
+        """Load `model` from its repository; needs --model-control-mode=explicit. With
+        `config`, load it with that configuration, even if it is loaded already with the
+        same one (a plain load of an unchanged, loaded model does nothing)."""
+        body = {"parameters": {"config": json.dumps(config)}} if config is not None else {}
+        self._post(f"/v2/repository/models/{model}/load", body)
+
+    def config(self, model: str) -> dict:
+        """The configuration `model` is loaded with."""
+        return json.loads(self._request(f"/v2/models/{model}/config", None))
 
     def unload(self, model: str) -> None:
         """Unload `model`; returns once Triton has started unloading it."""
         self._post(f"/v2/repository/models/{model}/unload")
 
-    def _post(self, path: str) -> bytes:
+    def _post(self, path: str, body: dict | None = None) -> bytes:
+        return self._request(path, json.dumps(body or {}).encode())
+
+    def _request(self, path: str, data: bytes | None) -> bytes:
         request = urllib.request.Request(
-            self.base + path, data=b"{}", method="POST", headers={ADMIN_HEADER: self.key}
+            self.base + path,
+            data=data,
+            method="GET" if data is None else "POST",
+            headers={ADMIN_HEADER: self.key},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:

@@ -10,6 +10,7 @@ and a stop by process id that lets in-flight requests finish.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -168,6 +169,16 @@ class TritonProcess:
     def supervise(self, model: str = "qwen3_specdec") -> InstanceSupervisor:
         """Reload `model` whenever one of its instance processes dies (see supervisor)."""
         repository = self.repository()
+        generation = itertools.count(1)
+
+        def reload() -> None:
+            # Triton does nothing for a load of a loaded model with the same configuration,
+            # so the configuration it reloads with carries a new restart generation.
+            config = repository.config(model)
+            config.setdefault("parameters", {})["restart_generation"] = {
+                "string_value": str(next(generation))
+            }
+            repository.load(model, config)
 
         def restart() -> None:
             repository.unload(model)
@@ -176,7 +187,7 @@ class TritonProcess:
         prefix = f"{model}_"
         self.supervisor = InstanceSupervisor(
             lambda: {pid: name for pid, name in self.stubs().items() if name.startswith(prefix)},
-            lambda: repository.load(model),
+            reload,
             restart,
         )
         self.supervisor.check()

@@ -498,8 +498,8 @@ class SchedulerCore:
         )
         self._fault_pending = False
         message = f"the scheduler failed while this prompt was pending ({error}); retry"
+        self._events.restarted(message)  # counted before the answers go out
         self.fail_everything(message)
-        self._events.restarted(message)
 
     def _cancel_rows(self, rows: list[int]) -> None:
         """Tell the connections running these rows to drop them at their next step."""
