@@ -218,10 +218,28 @@ class AdmissionPolicy:
         instance = self._instance(name)
         return self._row_cap(instance), None if instance.sla is None else instance.sla.b_sla
 
-    def admit(self, name: str, now_s: float) -> list[QueuedRequest]:
-        """The prompts to start on instance ``name`` now, best first; they leave the queue."""
+    def admit_spread(self, now_s: float) -> dict[str, list[QueuedRequest]]:
+        """What every instance starts now: one prompt at a time to the instance running the
+        fewest rows that can take one, so that light load spreads over the instances (each
+        with its own device) instead of packing onto the first."""
+        started: dict[str, list[QueuedRequest]] = {}
+        while self._queued:
+            for name in sorted(self._instances, key=lambda n: self._instances[n].rows):
+                chosen = self.admit(name, now_s, limit=1)
+                if chosen:
+                    started.setdefault(name, []).extend(chosen)
+                    break
+            else:
+                break
+        return started
+
+    def admit(self, name: str, now_s: float, limit: int | None = None) -> list[QueuedRequest]:
+        """The prompts (at most ``limit``) to start on instance ``name`` now, best first;
+        they leave the queue."""
         instance = self._instance(name)
         room = self._row_cap(instance) - instance.rows
+        if limit is not None:
+            room = min(room, limit)
         if room <= 0 or not self._queued:
             return []
         headroom = self._headroom(instance)

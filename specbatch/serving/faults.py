@@ -2,7 +2,8 @@
 
 Only with SPECBATCH_FAULT_INJECTION=1 in the server's environment: a prompt containing
 ``[[fault:scheduler]]`` makes the scheduler's loop raise while it schedules,
-``[[fault:instance]]`` makes the engine step of the instance running it raise, and
+``[[fault:instance]]`` makes the engine step of the instance running it raise,
+``[[fault:hang]]`` makes that engine step block for good (a hung instance), and
 ``[[fault:reply]]`` makes building its final response raise. The tests use them to
 prove that every request still gets exactly one final answer.
 """

@@ -26,6 +26,7 @@ class SchedulerMetrics(SchedulerEvents):
         self._m = MetricRegistry("scheduler")
         self._sla = sla
         self._last_gauge: dict[str, float] = {}
+        self._pending: dict[str, tuple[InstanceLoad, int, int | None]] = {}
         declare_outcome_counters(self._m, sla)
         for name, text in (
             ("specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full"),
@@ -126,6 +127,7 @@ class SchedulerMetrics(SchedulerEvents):
 
     def instance_lost(self, instance: str) -> None:
         self._last_gauge.pop(instance, None)
+        self._pending.pop(instance, None)
         self._m.increment(
             "specbatch_instance_failures_total", "Instances taken out of service (connection lost or hung)"
         )
@@ -152,8 +154,17 @@ class SchedulerMetrics(SchedulerEvents):
         )
 
     def instance_load(self, instance: str, load: InstanceLoad, rows_allowed: int, b_sla: int | None) -> None:
-        if not self._due(instance):
-            return
+        """Kept as the instance's latest; published when its half second is up (here, or at
+        the loop's next tick), so the last load before an instance goes quiet is not lost."""
+        self._pending[instance] = (load, rows_allowed, b_sla)
+        self._publish_due()
+
+    def _publish_due(self) -> None:
+        for instance in list(self._pending):
+            if self._due(instance):
+                self._publish(instance, *self._pending.pop(instance))
+
+    def _publish(self, instance: str, load: InstanceLoad, rows_allowed: int, b_sla: int | None) -> None:
         m = self._m
         m.set("specbatch_instance_up", "1 while the instance is connected and serving", 1, instance=instance)
         m.set("specbatch_running_rows", "Rows an instance is decoding", load.running, instance=instance)
@@ -191,6 +202,7 @@ class SchedulerMetrics(SchedulerEvents):
             )
 
     def queue_depths(self, depths: list[int]) -> None:
+        self._publish_due()
         if not self._due("queue"):
             return
         for index, depth in enumerate(depths):

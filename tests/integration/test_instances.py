@@ -2,7 +2,7 @@
 killed outright under load and brought back.
 
 Its own server: two rows per instance and a queue of four make overload easy to reach,
-and its instances are killed (one, then both), so the kills run last.
+and its instances are killed (one, then both) and hung, so those tests run last.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ def small_server(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
         "SPECBATCH_QUEUE_LIMIT": "4",
         "SPECBATCH_QUEUE_MIN": "4",
         "SPECBATCH_MAX_TOKENS_CAP": "512",
+        "SPECBATCH_FAULT_INJECTION": "1",
+        "SPECBATCH_INSTANCE_HANG_MS": "5000",
     }
     with running_server(tmp_path_factory.mktemp("triton-instances") / "server.log", env) as process:
         yield process
@@ -86,6 +88,18 @@ def test_every_answer_names_its_instance_and_both_instances_serve(small_server):
     answers = [answer for answer, error in results if error is None]
     assert len(answers) == 4, results
     assert {a.model_instance for a in answers} == INSTANCES
+
+
+def test_the_load_gauges_read_idle_once_every_answer_is_in(small_server):
+    with ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(lambda _: generate(small_server, options=GenerationOptions(max_tokens=24)), range(4))
+        )
+    assert all(error is None for _, error in results), results
+    # the last load an instance reports before going quiet is published too
+    until(
+        lambda: metric(small_server, "specbatch_running_rows") == 0, "the running-rows gauges to read 0", 10
+    )
 
 
 def test_over_the_queue_bound_requests_are_refused_at_once_and_admitted_ones_complete(small_server):
@@ -158,4 +172,17 @@ def test_with_every_instance_killed_the_server_is_not_ready_until_they_are_back(
     assert error is None and answer.error == "" and answer.model_instance in INSTANCES, (answer, error)
     assert small_server.supervisor.wait_for_restarts(restarts + 1, RESTART_S)
     until(lambda: ready(small_server), "readiness to return")
+    until(lambda: both_instances_serve(small_server), "both instances to serve")
+
+
+def test_a_hung_instance_is_ended_and_replaced_and_its_prompt_answered_once(small_server):
+    restarts = small_server.supervisor.restarts
+    failures = metric(small_server, "specbatch_instance_failures_total")
+    answer, error = generate(
+        small_server, INFOBENCH_PROMPT + " [[fault:hang]]", GenerationOptions(max_tokens=16)
+    )
+    # re-run once elsewhere (nothing was streamed), where it hangs that instance too: an error
+    assert answer is None and "failed while running this prompt" in error, (answer, error)
+    assert metric(small_server, "specbatch_instance_failures_total") == failures + 2
+    assert small_server.supervisor.wait_for_restarts(restarts + 1, RESTART_S)
     until(lambda: both_instances_serve(small_server), "both instances to serve")

@@ -189,3 +189,18 @@ def test_under_overload_least_slack_admission_serves_more_within_the_sla_than_fc
     smart = goodput(_simulate("least_slack", requests), 1.0, 0.1, 30)
     fcfs = goodput(_simulate("fcfs", requests), 1.0, 0.1, 30)
     assert smart > 1.5 * fcfs
+
+
+def test_light_load_spreads_over_instances_and_fills_each_only_to_its_cap():
+    admission = policy(max_rows=2)
+    admission.add_instance("b", ROOMY)
+    for key in ("p0", "p1", "p2"):
+        admission.submit(request(key))
+    started = admission.admit_spread(0.0)
+    assert {name: len(rows) for name, rows in started.items()} == {"a": 2, "b": 1}
+    admission.submit(request("p3"))
+    admission.submit(request("p4"))
+    assert {name: [r.request_id for r in rows] for name, rows in admission.admit_spread(0.0).items()} == {
+        "b": ["p3"]
+    }, "b had room for one more; a was full"
+    assert admission.queued == 1

@@ -53,6 +53,7 @@ class InstanceRunner:
         self._last_report = 0.0
         self._pending_deltas: list[list] = []
         self._faulty: set[int] = set()
+        self._hanging: set[int] = set()
         engine.step_hook = self._inject_fault
         self._lock = threading.Lock()
         self._row_left = threading.Condition(self._lock)
@@ -110,10 +111,15 @@ class InstanceRunner:
     def _inject_fault(self) -> None:
         if self._faulty and not self._faulty.isdisjoint(self._handles):
             raise InjectedFault(f"{self._name}: injected instance fault")
+        if self._hanging and not self._hanging.isdisjoint(self._handles):
+            logger.error("%s: injected hang", self._name)
+            threading.Event().wait()
 
     def _start(self, work: RowWork) -> None:
         if marked(work.prompt, "instance"):
             self._faulty.add(work.row)
+        if marked(work.prompt, "hang"):
+            self._hanging.add(work.row)
         try:
             prompt = model_prompt(self._engine.pair.tokenizer, work.prompt, work.chat)
             if work.kind == SCORE:
@@ -183,6 +189,7 @@ class InstanceRunner:
             self._streams.pop(row, None)
             self._started.discard(row)
             self._faulty.discard(row)
+            self._hanging.discard(row)
             self._row_left.notify_all()
         if self._pending_deltas:
             self._report_step([], time.monotonic())

@@ -336,10 +336,8 @@ class SchedulerCore:
             self._settle(job, RowOutcome.failed("deadline exceeded", task=job.task, reason="cancelled"))
         if shed:
             self._events.shed(len(shed))
-        for name, channel in list(self._channels.items()):
-            chosen = self._policy.admit(name, now)
-            if not chosen:
-                continue
+        for name, chosen in self._policy.admit_spread(now).items():
+            channel = self._channels[name]
             rows = []
             for request in chosen:
                 job = request.payload
