@@ -9,7 +9,7 @@ PROFILE ?= loadtest/profiles/smoke.yaml
 AIPERF_VENV ?= .venv-aiperf
 AIPERF_STAMP := $(AIPERF_VENV)/.aiperf-installed
 
-.PHONY: setup models serve test fuzz lint bench loadtest aiperf clean
+.PHONY: setup models serve test fuzz lint bench loadtest soak aiperf clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ lint: setup
 loadtest: setup
 	$(BIN)/python -m specbatch.loadtest --profile $(PROFILE) --out results/loadtest/$(basename $(notdir $(PROFILE))) \
 		$(if $(HOST),--host $(HOST)) $(if $(GRPC_HOST),--grpc-host $(GRPC_HOST))
+
+# 10 minutes at 0.8x capacity, mixed workload with cancellations and deadlines: lost/duplicate answers, RSS, queue.
+soak: setup
+	$(BIN)/python scripts/soak.py --out results/soak
 
 bench: setup
 	$(BIN)/python scripts/bench_specdec.py --quick --out results/bench_specdec.json
