@@ -43,7 +43,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import tritonclient.grpc.aio as grpcclient  # noqa: E402
-from bench_policies import cpu_seconds, measure_capacity  # noqa: E402
+from bench_policies import cpu_seconds  # noqa: E402
 
 from specbatch.loadtest.arrivals import ArrivalSchedule  # noqa: E402
 from specbatch.loadtest.profiles import Arrival, load_profile  # noqa: E402
@@ -382,9 +382,33 @@ def plot(run: dict, path: Path, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def measure_capacity(process: TritonProcess, pool: PromptPool, args: argparse.Namespace) -> float:
+    """Answers per second the pipeline completes under sustained overload of the same mix
+    (plain requests only; the queue bound refuses the excess): what 100 % means here."""
+    probe = argparse.Namespace(
+        **{
+            **vars(args),
+            "minutes": args.probe_minutes,
+            "warmup_minutes": 0.0,
+            "stream_share": 0.0,
+            "deadline_share": 0.0,
+            "cancel_share": 0.0,
+        }
+    )
+    logger.info("measuring capacity: %.1f req/s offered for %.1f min", args.probe_rate, args.probe_minutes)
+    records = asyncio.run(drive(process, pool, args.probe_rate, probe))["records"]
+    served = [r for r in records if r.outcome == "ok"]
+    refused = sum(r.outcome == "overloaded" for r in records)
+    capacity = len(served) / max(r.end_s for r in served)
+    logger.info("capacity: %d answered, %d refused as overloaded: %.2f req/s", len(served), refused, capacity)
+    return capacity
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=RawDescriptionHelpFormatter)
-    parser.add_argument("--capacity", type=float, help="req/s; measured as bench_policies does if left out")
+    parser.add_argument("--capacity", type=float, help="req/s; measured first on the same server if left out")
+    parser.add_argument("--probe-rate", type=float, default=15.0, help="req/s offered to measure capacity")
+    parser.add_argument("--probe-minutes", type=float, default=1.0)
     parser.add_argument("--load", type=float, default=0.8, help="offered load as a share of capacity")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--warmup-minutes", type=float, default=2.0)
@@ -402,16 +426,6 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     ensure_tiny_models(ROOT)
-    if args.capacity:
-        capacity, source = args.capacity, "--capacity"
-    else:
-        logger.info("measuring capacity (bench_policies.measure_capacity)")
-        probe = argparse.Namespace(
-            capacity_probe_rate=10.0, capacity_probe_s=20.0, seed=args.seed, short_share=0.6, drain=180.0
-        )
-        capacity, source = measure_capacity(probe), "measured by bench_policies.measure_capacity"
-    rate = args.load * capacity
-    logger.info("capacity %.2f req/s (%s); offered %.2f req/s", capacity, source, rate)
     pool = build_prompt_pool(load_profile(PROFILE).workload)
 
     log_path = args.out / "tritonserver.log"
@@ -422,6 +436,13 @@ def main(argv: list[str] | None = None) -> int:
         process.start(log_path)
         process.wait_ready(300)
         logger.info("ready: tritonserver %d, stubs %s", process.process.pid, process.stub_pids())
+        if args.capacity:
+            capacity, source = args.capacity, "--capacity"
+        else:
+            capacity = measure_capacity(process, pool, args)
+            source = f"measured: plain requests of the same mix at {args.probe_rate:g} req/s offered"
+        rate = args.load * capacity
+        logger.info("capacity %.2f req/s (%s); offered %.2f req/s", capacity, source, rate)
         run = asyncio.run(drive(process, pool, rate, args))
     finally:
         process.stop()

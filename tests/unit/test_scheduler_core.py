@@ -278,8 +278,12 @@ def test_a_hung_instance_is_ended_and_its_unstreamed_rows_run_elsewhere(tiny_pai
 
     async def scenario(cluster):
         hung = cluster.join_scripted("h")
+        now[0] += 100.0  # idle for long: no step reports, and none are due
+        cluster.core.check_hung()
         reply = cluster.admit(routed([INFOBENCH], max_tokens=[8]))
         [row] = rows_sent(cluster, "h")
+        cluster.core.check_hung()
+        assert cluster.terminated == [], "silence while idle is not a hang"
         now[0] += 29.0
         cluster.core.instance_step(hung, [], [], IDLE_LOAD)  # progress: not hung
         now[0] += 29.0

@@ -336,8 +336,11 @@ class SchedulerCore:
             self._settle(job, RowOutcome.failed("deadline exceeded", task=job.task, reason="cancelled"))
         if shed:
             self._events.shed(len(shed))
+        busy = {running.channel for running in self._running.values()}
         for name, chosen in self._policy.admit_spread(now).items():
             channel = self._channels[name]
+            if channel not in busy:
+                self._progress_s[channel] = now  # idle until now: silence counts from here
             rows = []
             for request in chosen:
                 job = request.payload
