@@ -217,6 +217,7 @@ async def drive(process: TritonProcess, pool: PromptPool, rate: float, args: arg
     client = grpcclient.InferenceServerClient(process.grpc_url)
     upstream = TritonUpstream(process.grpc_url)
     duration_s, warmup_s = args.minutes * 60, args.warmup_minutes * 60
+    before = await asyncio.to_thread(scrape, process)  # the counters are the server's, since its start
     start = time.monotonic()
 
     def clock() -> float:
@@ -279,7 +280,11 @@ async def drive(process: TritonProcess, pool: PromptPool, rate: float, args: arg
     (args.out / "metrics-after-drain.prom").write_text(metrics)
     await asyncio.gather(client.close(), upstream.close())
     logger.info(f"idle at {clock():.0f} s: queue {end['queue_depth']:.0f}, engines CPU {idle_cpu_pct:.0f} %")
-    prompts = {k: metric_sum(metrics, "specbatch_prompts_total", v) for k, v in SERVER_PROMPTS.items()}
+    prompts = {
+        k: metric_sum(metrics, "specbatch_prompts_total", v)
+        - metric_sum(before, "specbatch_prompts_total", v)
+        for k, v in SERVER_PROMPTS.items()
+    }
     run = {"records": records, "samples": samples, "end": end, "server_prompts": prompts}
     return run | {"duration_s": duration_s, "warmup_s": warmup_s}
 
@@ -401,13 +406,15 @@ def measure_capacity(process: TritonProcess, pool: PromptPool, args: argparse.Na
     refused = sum(r.outcome == "overloaded" for r in records)
     capacity = len(served) / max(r.end_s for r in served)
     logger.info("capacity: %d answered, %d refused as overloaded: %.2f req/s", len(served), refused, capacity)
+    if refused < 0.05 * len(records):
+        logger.warning("under 5 %% refused: not overloaded, so %.2f req/s is only a lower bound", capacity)
     return capacity
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=RawDescriptionHelpFormatter)
     parser.add_argument("--capacity", type=float, help="req/s; measured first on the same server if left out")
-    parser.add_argument("--probe-rate", type=float, default=15.0, help="req/s offered to measure capacity")
+    parser.add_argument("--probe-rate", type=float, default=30.0, help="req/s offered to measure capacity")
     parser.add_argument("--probe-minutes", type=float, default=1.0)
     parser.add_argument("--load", type=float, default=0.8, help="offered load as a share of capacity")
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -430,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log_path = args.out / "tritonserver.log"
     log_path.unlink(missing_ok=True)
-    process = TritonProcess(ServerOptions(root=ROOT, config_name="cpu", ports=Ports.free(), exit_timeout_s=5))
+    process = TritonProcess(ServerOptions(root=ROOT, config_name="cpu", ports=Ports.free()))
     logger.info("starting tritonserver (cpu config), log %s", log_path)
     try:
         process.start(log_path)

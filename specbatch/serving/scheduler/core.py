@@ -272,7 +272,8 @@ class SchedulerCore:
             self._policy.remove_instance(name)
             self._events.instance_lost(name)
             self._events.instances_serving(len(self._channels))
-            logger.error("instance %s is out of service (%s)", name, reason)
+            log = logger.info if self._draining else logger.error
+            log("instance %s is out of service (%s)", name, reason)
         requeued = 0
         for row, running in list(self._running.items()):
             if running.channel is not channel:
