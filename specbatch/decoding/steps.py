@@ -231,7 +231,9 @@ class StepRunner:
         positions = torch.arange(span - steps, span, device=self.device).expand(padded, steps)
         read = slot_table([[]] * padded, self.shapes.span(span), self.pool, self.device)
         real = torch.zeros_like(positions, dtype=torch.bool)
-        tokens = torch.randint(0, self.pair.vocab_size, (padded, steps), device=self.device)
+        # blank tokens that do not touch torch's global generator: it runs on the loop
+        # thread while callers may be drawing row keys from that generator
+        tokens = torch.arange(padded * steps, device=self.device).view(padded, steps) % self.pair.vocab_size
         feed = Feed(tokens, positions, write_slots(read, positions, real, self.pool), read)
         seq_len = positions[:, 0] + 1
         if steps > 1 and name == "target":
