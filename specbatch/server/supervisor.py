@@ -87,14 +87,15 @@ class InstanceSupervisor:
             logger.exception("restarting the model's instances failed; retrying in %.0f s", self._retry_s)
             self._not_before = time.monotonic() + self._retry_s
             return
-        self._expected = set(self._stubs()) - set(current)
+        after = self._stubs()
+        self._expected = set(after) - set(current)
         with self._restarted:
             self.restarts += 1
             self._restarted.notify_all()
         logger.info(
             "model instances back in %.1f s: %s",
             time.monotonic() - started,
-            ", ".join(sorted(self._stubs().get(pid, "?") for pid in self._expected)),
+            ", ".join(sorted(after[pid] for pid in self._expected)),
         )
 
     def _run(self) -> None:

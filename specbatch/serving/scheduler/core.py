@@ -337,8 +337,9 @@ class SchedulerCore:
             self._settle(job, RowOutcome.failed("deadline exceeded", task=job.task, reason="cancelled"))
         if shed:
             self._events.shed(len(shed))
-        busy = {running.channel for running in self._running.values()}
-        for name, chosen in self._policy.admit_spread(now).items():
+        started = self._policy.admit_spread(now)
+        busy = {running.channel for running in self._running.values()} if started else set()
+        for name, chosen in started.items():
             channel = self._channels[name]
             if channel not in busy:
                 self._progress_s[channel] = now  # idle until now: silence counts from here
