@@ -501,3 +501,25 @@ def test_a_request_over_the_capacity_sized_queue_bound_is_refused_whole(tiny_pai
         assert cluster.core.queued == 1, "nothing of a refused request stays queued"
 
     run_cluster(None, tiny_pair_dir, scenario, admission=admission)
+
+
+def test_a_prompt_that_cannot_meet_its_deadline_is_counted_shed_before_its_answer(tiny_pair_dir):
+    order: list[str] = []
+
+    class ShedRecorder(Recorder):
+        def shed(self, prompts) -> None:
+            order.append(f"shed {prompts}")
+
+    async def scenario(cluster):
+        cluster.join_scripted("a")
+        reply = cluster.reply()
+        final = reply.final
+        reply.final = lambda outcomes: (order.append("answer"), final(outcomes))
+        # a few hundred predicted tokens cannot come within 20 ms
+        cluster.admit(routed([INFOBENCH], max_tokens=[300], timeout_s=0.02), reply)
+        [outcome] = await cluster.answer(reply)
+        assert outcome.error == "deadline exceeded" and outcome.finish_reason == "cancelled"
+        assert order == ["shed 1", "answer"]
+        assert rows_sent(cluster, "a") == [], "the prompt never ran"
+
+    run_cluster(None, tiny_pair_dir, scenario, events=ShedRecorder())

@@ -94,6 +94,20 @@ def test_every_prompt_becomes_a_job_and_the_request_is_answered_once_in_order():
     ]
 
 
+def test_the_request_is_recorded_settled_before_its_answer_goes_out():
+    """Metrics move before the answer, so a client that reads them after its answer sees it."""
+    order: list[str] = []
+
+    class OrderedReply(Reply):
+        def final(self, outcomes) -> None:
+            order.append("answer")
+
+    request = RoutedRequest(prompts=[INFOBENCH], tasks=["infobench"], predicted_tokens=[4], max_tokens=[4])
+    _, [job], _ = make_intake().admit(request, OrderedReply(), lambda *args: order.append("recorded"))
+    assert job.settle(RowOutcome("red", num_output_tokens=1), 101.0) is True
+    assert order == ["recorded", "answer"]
+
+
 def test_errors_stay_with_their_prompt():
     request = RoutedRequest(
         prompts=[INFOBENCH, INFOBENCH, "word " * 70, b"\xff", INFOBENCH, GRAPH.replace("0 -> 2", "x"), MMLU],

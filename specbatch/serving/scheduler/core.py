@@ -274,7 +274,8 @@ class SchedulerCore:
             self._events.instances_serving(len(self._channels))
             log = logger.info if self._draining else logger.error
             log("instance %s is out of service (%s)", name, reason)
-        requeued = 0
+        requeue: list[PromptJob] = []
+        fail: list[PromptJob] = []
         for row, running in list(self._running.items()):
             if running.channel is not channel:
                 continue
@@ -282,20 +283,15 @@ class SchedulerCore:
             job = running.job
             if job.state.done or job.state.outcomes[job.index] is not None:
                 continue
-            if (
-                not self._draining
-                and not job.streamed_anything
-                and job.attempts < self._settings.max_attempts
-            ):
-                job.instance = job.row = None
-                self._policy.requeue(self._queued_request(job))
-                requeued += 1
-            else:
-                self._settle(
-                    job, RowOutcome.failed(f"model instance {name} failed while running this prompt")
-                )
-        if requeued:
-            self._events.requeued(requeued)
+            wanted_again = not self._draining and not job.streamed_anything
+            (requeue if wanted_again and job.attempts < self._settings.max_attempts else fail).append(job)
+        if requeue:
+            self._events.requeued(len(requeue))  # counted before any answer goes out
+        for job in requeue:
+            job.instance = job.row = None
+            self._policy.requeue(self._queued_request(job))
+        for job in fail:
+            self._settle(job, RowOutcome.failed(f"model instance {name} failed while running this prompt"))
         self._schedule_or_restart()
 
     def check_hung(self) -> None:
@@ -332,11 +328,11 @@ class SchedulerCore:
             raise InjectedFault("injected scheduler fault")
         now = self._clock()
         shed = self._policy.shed(now)
+        if shed:
+            self._events.shed(len(shed))  # counted before the answers go out
         for request in shed:
             job: PromptJob = request.payload
             self._settle(job, RowOutcome.failed("deadline exceeded", task=job.task, reason="cancelled"))
-        if shed:
-            self._events.shed(len(shed))
         started = self._policy.admit_spread(now)
         busy = {running.channel for running in self._running.values()} if started else set()
         for name, chosen in started.items():

@@ -117,14 +117,14 @@ class RequestState:
         if self._missing:
             return False
         outcomes = [o for o in self.outcomes if o is not None]
-        try:
-            self.reply.final(outcomes)
-        finally:
-            if self._on_settled is not None:
-                try:
-                    self._on_settled(self, outcomes, self.timings())
-                except Exception:  # bookkeeping (metrics) must not turn into a second answer
-                    logger.exception("recording the settled request %d failed", self.serial)
+        if self._on_settled is not None:
+            # Recorded before the answer goes out, so whoever reads the metrics after
+            # receiving it sees this request counted.
+            try:
+                self._on_settled(self, outcomes, self.timings())
+            except Exception:  # bookkeeping (metrics) must not keep the answer from going out
+                logger.exception("recording the settled request %d failed", self.serial)
+        self.reply.final(outcomes)
         return True
 
     def timings(self) -> list[PromptTiming]:
