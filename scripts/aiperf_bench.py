@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specbatch.server.children import OpenAIFrontProcess  # noqa: E402
 from specbatch.server.launcher import ensure_tiny_models  # noqa: E402
-from specbatch.server.openai_process import OpenAIFrontProcess  # noqa: E402
 from specbatch.server.process import Ports, ServerOptions, TritonProcess, free_port  # noqa: E402
 
 # AIPerf's template endpoint speaking the ensemble's TensorRT-LLM names over /generate_stream.

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from specbatch.server.launcher import CONFIG_VARIANTS, project_root, serve
-from specbatch.server.process import Ports
+from specbatch.server.process import PortInUseError, Ports
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,13 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.command == "serve":
-        return serve(
-            args.config,
-            Ports(args.http_port, args.grpc_port, args.metrics_port),
-            args.host,
-            args.log_verbose,
-            openai_port=None if args.no_openai else args.openai_port,
-        )
+        try:
+            return serve(
+                args.config,
+                Ports(args.http_port, args.grpc_port, args.metrics_port),
+                args.host,
+                args.log_verbose,
+                openai_port=None if args.no_openai else args.openai_port,
+            )
+        except PortInUseError as exc:
+            print(f"specbatch serve: {exc}", file=sys.stderr)
+            return 1
     from specbatch.decoding import build_tiny_pair
 
     target, draft = build_tiny_pair(args.out or project_root() / ".models" / "tiny")

@@ -11,17 +11,15 @@ crashed server leaves no solver behind.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
-import threading
-import time
+
+from specbatch.lifeline import exit_with_parent
 
 from .errors import GraphLimitError
 from .graph import solve_graph
 
 READY = {"ready": True}
-_PARENT_POLL_S = 0.5
 
 
 def answer(text: str) -> dict[str, str]:
@@ -36,13 +34,6 @@ def answer(text: str) -> dict[str, str]:
         return {"error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Exit as soon as the parent process has gone, even in the middle of a solve."""
-    while os.getppid() == parent:
-        time.sleep(_PARENT_POLL_S)
-    os._exit(1)
-
-
 def _send(message: dict) -> None:
     sys.stdout.buffer.write(json.dumps(message).encode() + b"\n")
     sys.stdout.buffer.flush()
@@ -50,7 +41,7 @@ def _send(message: dict) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    exit_with_parent("the graph solver")
     _send(READY)
     for line in sys.stdin.buffer:
         _send(answer(json.loads(line)["text"]))

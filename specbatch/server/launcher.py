@@ -18,8 +18,8 @@ import signal
 from pathlib import Path
 
 from specbatch.server.admin import ADMIN_HEADER
-from specbatch.server.openai_process import OpenAIFrontProcess
-from specbatch.server.process import Ports, ServerOptions, TritonProcess
+from specbatch.server.children import OpenAIFrontProcess
+from specbatch.server.process import Ports, ServerOptions, TritonProcess, check_ports_free
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +97,16 @@ def serve(
     """Run until SIGINT/SIGTERM; returns tritonserver's exit code.
 
     With `openai_port`, the OpenAI-compatible front runs beside the server once it is
-    ready, forwarding to its gRPC port; both get the signal and drain together.
+    ready, forwarding to its gRPC port; both get the signal and drain together. Raises
+    PortInUseError, naming the port, before starting anything when a port is taken.
     """
     root = project_root()
     config_name = choose_config(config)
     if config_name == "cpu":
         ensure_tiny_models(root)
     ports = ports or Ports()
+    if openai_port:
+        check_ports_free(host, {"OpenAI": openai_port})
     process = TritonProcess(
         ServerOptions(root=root, config_name=config_name, ports=ports, host=host, log_verbose=log_verbose)
     )

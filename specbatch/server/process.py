@@ -5,6 +5,11 @@ same way: both model repositories in explicit model control (every model loaded 
 start; the repository API, restricted to the admin key, can then reload one), the
 chosen config variant, loopback ports, instances brought back when their process dies,
 and a stop by process id that lets in-flight requests finish.
+
+Triton's own HTTP and metrics listeners are never the ones users reach: they bind
+loopback ports of their own, and the HTTP gateway (specbatch.gateway: a body limit,
+honest 503s) serves the public HTTP and metrics ports in front of them. gRPC is
+Triton's, on the public gRPC port.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specbatch.lifeline import exit_with_parent_preexec
 from specbatch.server.admin import RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
+from specbatch.server.children import GatewayProcess
 from specbatch.server.supervisor import InstanceSupervisor
 
 logger = logging.getLogger(__name__)
@@ -46,13 +53,32 @@ class Ports:
     def free(cls) -> Ports:
         return cls(free_port(), free_port(), free_port())
 
+    def named(self) -> dict[str, int]:
+        return {"HTTP": self.http, "gRPC": self.grpc, "metrics": self.metrics}
+
+
+class PortInUseError(RuntimeError):
+    """A port the server needs is taken; the message names it."""
+
+
+def check_ports_free(host: str, ports: dict[str, int]) -> None:
+    """Raise PortInUseError naming the first of ``ports`` ({what: port}) that ``host`` cannot bind."""
+    for what, port in ports.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                raise PortInUseError(f"the {what} port {port} on {host} is in use ({exc.strerror})") from None
+
 
 @dataclass
 class ServerOptions:
     """What varies between a production start and a test start.
 
-    The endpoints bind to loopback unless `host` says otherwise, and the administrative
-    APIs always need `admin_key` (SPECBATCH_ADMIN_KEY, else random for this server).
+    The public endpoints (`ports`) bind to loopback unless `host` says otherwise, and the
+    administrative APIs always need `admin_key` (SPECBATCH_ADMIN_KEY, else random for
+    this server). Triton's HTTP and metrics listeners bind loopback `triton_http_port` /
+    `triton_metrics_port`, behind the gateway on the public ones.
     """
 
     root: Path
@@ -64,6 +90,9 @@ class ServerOptions:
     env: dict[str, str] = field(default_factory=dict)
     only_model: str | None = None
     admin_key: str = field(default_factory=admin_key, repr=False)
+    triton_http_port: int = field(default_factory=free_port)
+    triton_metrics_port: int = field(default_factory=free_port)
+    max_body_bytes: int | None = None
 
     def arguments(self) -> list[str]:
         """Both repositories and every model, or with `only_model` that one model alone."""
@@ -78,12 +107,12 @@ class ServerOptions:
             *repositories,
             "--model-control-mode=explicit",
             f"--load-model={self.only_model or '*'}",
-            f"--http-address={self.host}",
+            "--http-address=127.0.0.1",
             f"--grpc-address={self.host}",
-            f"--metrics-address={self.host}",
-            f"--http-port={self.ports.http}",
+            "--metrics-address=127.0.0.1",
+            f"--http-port={self.triton_http_port}",
             f"--grpc-port={self.ports.grpc}",
-            f"--metrics-port={self.ports.metrics}",
+            f"--metrics-port={self.triton_metrics_port}",
             "--allow-metrics=true",
             "--metrics-config=histogram_latencies=true",
             f"--exit-timeout-secs={self.exit_timeout_s}",
@@ -93,6 +122,11 @@ class ServerOptions:
         if self.config_name:
             args.append(f"--model-config-name={self.config_name}")
         return args
+
+    def gateway(self) -> GatewayProcess:
+        """The front on the public HTTP and metrics ports."""
+        routes = {self.ports.http: self.triton_http_port, self.ports.metrics: self.triton_metrics_port}
+        return GatewayProcess(self.host, routes, self.max_body_bytes)
 
 
 class ServerStartError(RuntimeError):
@@ -106,6 +140,7 @@ class TritonProcess:
         self.options = options
         self.installation = installation or find_tritonserver()
         self.process: subprocess.Popen | None = None
+        self.gateway = options.gateway()
         self.log_path: Path | None = None
         self.supervisor: InstanceSupervisor | None = None
 
@@ -126,7 +161,14 @@ class TritonProcess:
         return RepositoryClient(self.http_url, self.options.admin_key)
 
     def start(self, log_path: Path | None = None) -> None:
-        """Launch the server; its output goes to `log_path` (else inherited)."""
+        """Launch the server and its gateway; their output goes to `log_path` (else inherited).
+
+        Raises PortInUseError, naming the port, before starting anything when a port is taken.
+        """
+        options = self.options
+        check_ports_free(options.host, options.ports.named())
+        inner = {"Triton HTTP": options.triton_http_port, "Triton metrics": options.triton_metrics_port}
+        check_ports_free("127.0.0.1", inner)
         command = self.installation.command(*self.options.arguments())
         env = self.installation.environment()
         env.update(self.options.env)
@@ -139,9 +181,11 @@ class TritonProcess:
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
             cwd=self.options.root,
+            preexec_fn=exit_with_parent_preexec,
         )
         if output:
             output.close()
+        self.gateway.start(log_path)
 
     def stub_pids(self) -> dict[str, int]:
         """{model instance name: pid} of the server's Python backend stub processes (one per
@@ -195,12 +239,15 @@ class TritonProcess:
         return self.supervisor
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
-        """Block until /v2/health/ready answers 200; raise with the log tail if it never does."""
+        """Block until /v2/health/ready answers 200 through the gateway; raise with the log
+        tail if it never does."""
         deadline = time.monotonic() + timeout_s
         url = f"http://{self.http_url}/v2/health/ready"
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise ServerStartError(f"tritonserver exited with {self._returncode()}\n{self.log_tail()}")
+            if not self.gateway.running():
+                raise ServerStartError(f"the HTTP gateway exited\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as reply:
                     if reply.status == 200:
@@ -215,6 +262,12 @@ class TritonProcess:
         then SIGKILL any of its stub processes that outlived it, so nothing it started stays."""
         if self.supervisor is not None:
             self.supervisor.stop()
+        try:
+            return self._stop_triton(timeout_s)
+        finally:
+            self.gateway.stop()  # after Triton, so the answers it drained still reach their clients
+
+    def _stop_triton(self, timeout_s: float | None) -> int | None:
         if self.process is None or self.process.poll() is not None:
             return self._returncode()
         stubs = list(self.stubs())

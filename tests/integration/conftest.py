@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import running_server
 
-from specbatch.server.openai_process import OpenAIFrontProcess
+from specbatch.server.children import OpenAIFrontProcess
 from specbatch.server.process import TritonProcess, free_port
 
 

@@ -21,7 +21,7 @@ from helpers import (
 )
 from transformers import AutoTokenizer
 
-from specbatch.server.openai_process import OpenAIFrontProcess
+from specbatch.server.children import OpenAIFrontProcess
 from specbatch.server.process import free_port
 
 pytestmark = pytest.mark.integration

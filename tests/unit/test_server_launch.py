@@ -28,10 +28,16 @@ def test_wheel_installation_has_a_backend_directory_with_this_pythons_stub(tmp_p
 
 
 def test_server_options_pass_both_repositories_and_the_variant():
-    args = ServerOptions(root=ROOT, config_name="cpu", ports=Ports(1, 2, 3)).arguments()
+    options = ServerOptions(root=ROOT, config_name="cpu", ports=Ports(1, 2, 3))
+    args = options.arguments()
     assert f"--model-repository={ROOT / 'model_repository'}" in args
     assert f"--model-repository={ROOT / 'ensemble'}" in args
-    assert "--model-config-name=cpu" in args and "--http-port=1" in args and "--grpc-port=2" in args
+    assert "--model-config-name=cpu" in args and "--grpc-port=2" in args
+    assert f"--http-port={options.triton_http_port}" in args
+    assert f"--metrics-port={options.triton_metrics_port}" in args
+    gateway = options.gateway().command()
+    assert f"--listen=1=127.0.0.1:{options.triton_http_port}" in gateway
+    assert f"--listen=3=127.0.0.1:{options.triton_metrics_port}" in gateway
     assert not any(a.startswith("--model-config-name") for a in ServerOptions(root=ROOT).arguments())
 
 
@@ -101,3 +107,17 @@ def test_a_newer_stub_replaces_one_a_running_server_is_executing(tmp_path):
     finally:
         os.kill(running.pid, signal.SIGKILL)
         running.wait()
+
+
+def test_a_port_in_use_is_named_before_anything_starts():
+    import socket
+
+    from specbatch.server.process import PortInUseError, check_ports_free
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        check_ports_free("127.0.0.1", {"HTTP": free_port()})
+        with pytest.raises(PortInUseError, match=f"the gRPC port {port} on 127.0.0.1 is in use"):
+            check_ports_free("127.0.0.1", {"HTTP": free_port(), "gRPC": port})

@@ -54,8 +54,13 @@ def test_server_options_bind_loopback_and_restrict_the_admin_apis(monkeypatch):
         assert f"--{endpoint}-address=127.0.0.1" in args
     assert restriction_arguments(KEY) == [a for a in args if "restricted" in a]
     assert KEY not in repr(options)
-    public = ServerOptions(root=ROOT, host="0.0.0.0", admin_key="z" * 20).arguments()
-    assert "--http-address=0.0.0.0" in public and "--metrics-address=0.0.0.0" in public
+    public = ServerOptions(root=ROOT, host="0.0.0.0", admin_key="z" * 20)
+    assert "--grpc-address=0.0.0.0" in public.arguments()
+    # Triton's HTTP and metrics stay on loopback: the gateway serves the public ports
+    assert "--http-address=127.0.0.1" in public.arguments()
+    assert "--metrics-address=127.0.0.1" in public.arguments()
+    assert "--host=0.0.0.0" in public.gateway().command()
+    public = public.arguments()
     assert f"--http-restricted-api={RESTRICTION}{'z' * 20}" in public
 
 

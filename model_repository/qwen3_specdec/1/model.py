@@ -15,6 +15,7 @@ import torch
 import triton_python_backend_utils as pb_utils
 
 from specbatch.decoding import Engine, load_model_pair
+from specbatch.lifeline import exit_with_parent
 from specbatch.serving.instance.direct import INPUTS, outcome_arrays, rows_from_arrays, run_rows
 from specbatch.serving.instance.link import SchedulerLink
 from specbatch.serving.instance.runner import InstanceRunner
@@ -30,6 +31,7 @@ logger = logging.getLogger("specbatch.qwen3_specdec")
 class TritonPythonModel:
     def initialize(self, args):
         logs.install()
+        exit_with_parent("the qwen3_specdec stub")  # tritonserver gone: nobody to answer
         config = json.loads(args["model_config"])
         settings = ModelSettings(config, project_root(args["model_repository"]))
         if args["model_instance_kind"] == "GPU":

@@ -7,6 +7,7 @@ and never imports torch.
 
 import numpy as np
 
+from specbatch.lifeline import exit_with_parent
 from specbatch.serving.router.routing import PromptRouter
 from specbatch.serving.wire import strings
 from specbatch.triton import logs
@@ -17,6 +18,7 @@ from specbatch.triton.tensors import error_response, one_batch_entry, optional_a
 class TritonPythonModel:
     def initialize(self, args):
         logs.install()
+        exit_with_parent("the router stub")  # tritonserver gone: nobody to answer
         self.router = PromptRouter()
         self.metrics = MetricRegistry("router")
 

@@ -10,6 +10,7 @@ import json
 
 import triton_python_backend_utils as pb_utils
 
+from specbatch.lifeline import exit_with_parent
 from specbatch.serving.faults import marked
 from specbatch.serving.params import RequestError
 from specbatch.serving.scheduler.core import Overloaded, ShuttingDown
@@ -40,6 +41,7 @@ COLUMNS = (
 class TritonPythonModel:
     def initialize(self, args):
         logs.install()
+        exit_with_parent("the scheduler stub")  # tritonserver gone: nobody to answer
         settings = ModelSettings(json.loads(args["model_config"]), project_root(args["model_repository"]))
         self.core, solver = build_core(settings, SchedulerMetrics(build_sla(settings)))
         self.loop = SchedulerLoop(

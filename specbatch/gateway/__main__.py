@@ -1,0 +1,92 @@
+"""`python -m specbatch.gateway`: Triton's HTTP and metrics endpoints behind a body limit.
+
+One process, one or more listeners, each forwarding to its own upstream: typically the
+public HTTP port to Triton's loopback HTTP port and the public metrics port to Triton's
+loopback metrics port (see specbatch.gateway.app for why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+
+from aiohttp import web
+
+from specbatch.gateway.app import DEFAULT_MAX_BODY, MAX_BODY_CEILING, build_app
+
+logger = logging.getLogger("specbatch.gateway")
+MAX_BODY_ENV = "SPECBATCH_MAX_BODY_BYTES"
+
+
+def listener(text: str) -> tuple[int, str]:
+    """``PORT=UPSTREAM``, e.g. ``8000=127.0.0.1:8010``."""
+    port, sep, upstream = text.partition("=")
+    if not sep or not port.isdigit() or not upstream:
+        raise argparse.ArgumentTypeError(f"expected PORT=HOST:PORT, got {text!r}")
+    return int(port), upstream if "://" in upstream else f"http://{upstream}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specbatch.gateway", description=__doc__)
+    parser.add_argument(
+        "--listen",
+        type=listener,
+        action="append",
+        required=True,
+        metavar="PORT=UPSTREAM",
+        help="serve PORT, forwarding to UPSTREAM (host:port); repeatable",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default loopback; 0.0.0.0 for every interface)"
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY)),
+        help=f"larger request bodies get 413 (default {DEFAULT_MAX_BODY}, at most {MAX_BODY_CEILING}; "
+        f"env {MAX_BODY_ENV})",
+    )
+    parser.add_argument(
+        "--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM"
+    )
+    return parser
+
+
+async def serve(args: argparse.Namespace) -> None:
+    runners = []
+    for port, upstream in args.listen:
+        runner = web.AppRunner(
+            build_app(upstream, args.max_body_bytes),
+            handler_cancellation=True,
+            shutdown_timeout=args.shutdown_timeout,
+            access_log=None,
+        )
+        await runner.setup()
+        await web.TCPSite(runner, args.host, port).start()
+        runners.append(runner)
+        logger.info(
+            "serving %s:%d -> %s (bodies up to %d bytes)", args.host, port, upstream, args.max_body_bytes
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    logger.info("stopping: in-flight requests get up to %.0f s", args.shutdown_timeout)
+    for runner in runners:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if not 0 < args.max_body_bytes <= MAX_BODY_CEILING:
+        raise SystemExit(f"--max-body-bytes must be between 1 and {MAX_BODY_CEILING}")
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The HTTP front users reach: Triton's HTTP and metrics endpoints behind a body limit
+and status codes clients can act on.
+
+Why it exists. Triton 2.51's HTTP server dies (SIGSEGV) on any request body over about
+4 MiB, on every path, `/v2/health/ready` and `/metrics` included (measured: 4.0 MB is
+answered, 4.2 MB kills the process and every request in flight), and it has no option
+to cap the body size. So Triton's HTTP and metrics listeners stay on loopback, and this
+front, on the ports users reach, answers a larger body with 413 before it reaches them.
+
+It also gives an overload the status clients retry on. Triton's ensemble hands the
+scheduler's UNAVAILABLE to an HTTP client as 400 ("in ensemble 'specbatch', the server
+is overloaded ..."), and a step whose process died as 400 too ("Stub process ... is not
+healthy"); gateways and retrying clients treat a 400 as the client's fault and never
+retry. A 400 whose message is one of those becomes 503 with Retry-After, and a Triton
+that does not answer at all (restarting) is a 503 as well. Everything else passes
+through unchanged, streamed (`/generate_stream`'s events go out as they come).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import aiohttp
+from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+# Triton 2.51 serves a 4.0 MB body and dies on 4.2 MB: the limit may not go past this.
+MAX_BODY_CEILING = 4_000_000
+# Room for a 1 MiB prompt (the scheduler's per-prompt limit) and a little more.
+DEFAULT_MAX_BODY = 3 * 1024 * 1024
+RETRY_AFTER_S = "1"
+
+# Messages that mean "the server cannot serve this now", whatever status Triton gave them.
+UNAVAILABLE = re.compile(
+    r"the server is overloaded|the server is shutting down|is not healthy|is restarting"
+    r"|graph solver is busy|model instance .* is out of service",
+    re.IGNORECASE,
+)
+# Headers that describe one hop's connection, not the message (RFC 9110 §7.6.1).
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "expect",
+        "host",
+        "content-length",
+    }
+)
+UPSTREAM = web.AppKey("upstream", str)
+MAX_BODY = web.AppKey("max_body", int)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+
+
+def build_app(upstream: str, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
+    """An application that forwards every request to ``upstream`` (``http://host:port``)."""
+    if not 0 < max_body <= MAX_BODY_CEILING:
+        raise ValueError(
+            f"max_body must be between 1 and {MAX_BODY_CEILING} bytes: Triton 2.51 dies on larger bodies"
+        )
+    app = web.Application(client_max_size=max_body, middlewares=[_limit_body])
+    app[UPSTREAM] = upstream.rstrip("/")
+    app[MAX_BODY] = max_body
+    app.on_startup.append(_open_session)
+    app.on_cleanup.append(_close_session)
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+@web.middleware
+async def _limit_body(request: web.Request, handler) -> web.StreamResponse:
+    """A declared length past the limit is refused before a byte of the body is read."""
+    limit = request.app[MAX_BODY]
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(limit)
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge:  # a chunked body that grew past the limit
+        return _too_large(limit)
+
+
+async def forward(request: web.Request) -> web.StreamResponse:
+    body = await request.read()
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    url = request.app[UPSTREAM] + request.rel_url.path_qs
+    try:
+        async with request.app[SESSION].request(
+            request.method, url, headers=headers, data=body, allow_redirects=False
+        ) as upstream:
+            return await _relay(request, upstream)
+    except aiohttp.ClientConnectionError as exc:
+        if request.transport is None or request.transport.is_closing():
+            raise  # the client left; nobody to answer
+        logger.warning("tritonserver did not answer %s %s: %s", request.method, request.path, exc)
+        return _unavailable("the server is restarting or unreachable; retry later")
+
+
+async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+    plain = "Content-Encoding" not in upstream.headers
+    events = "text/event-stream" in upstream.headers.get("Content-Type", "")
+    if upstream.status == 400 and plain:
+        body = await upstream.read()
+        message = _event_error(body) if events else _error_message(body)
+        if message is not None and UNAVAILABLE.search(message):
+            return _unavailable(message)
+        return web.Response(status=upstream.status, body=body, headers=headers)
+    first = b""
+    if upstream.status == 200 and plain and events:
+        # A stream whose first response is an error may also come as 200 with an error
+        # event: looked at before the status goes out.
+        first = await upstream.content.readany()
+        message = _event_error(first)
+        if message is not None and UNAVAILABLE.search(message):
+            return _unavailable(message)
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    await response.prepare(request)
+    if first:
+        await response.write(first)
+    async for chunk in upstream.content.iter_any():
+        await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
+def _error_message(body: bytes) -> str | None:
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) else None
+
+
+def _event_error(event: bytes) -> str | None:
+    data = b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+    return _error_message(data) if data else None
+
+
+def _unavailable(message: str) -> web.Response:
+    return web.json_response({"error": message}, status=503, headers={"Retry-After": RETRY_AFTER_S})
+
+
+def _too_large(limit: int) -> web.Response:
+    return web.json_response(
+        {"error": f"request body too large: at most {limit} bytes are accepted"}, status=413
+    )
+
+
+async def _open_session(app: web.Application) -> None:
+    # Triton and the scheduler bound the load, not the gateway; no idle connections are kept,
+    # since Triton waits out its exit timeout for every open one when it stops.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+    app[SESSION] = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+
+async def _close_session(app: web.Application) -> None:
+    await app[SESSION].close()
