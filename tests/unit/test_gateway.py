@@ -122,5 +122,5 @@ def test_an_upstream_that_does_not_answer_is_a_503():
 
 
 def test_the_limit_cannot_exceed_what_triton_survives():
-    with pytest.raises(ValueError, match="Triton 2.51 dies"):
+    with pytest.raises(ValueError, match=r"Triton 2\.51 dies"):
         build_app("http://127.0.0.1:1", MAX_BODY_CEILING + 1)
