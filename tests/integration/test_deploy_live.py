@@ -4,6 +4,10 @@ exported, every port and probe the manifests name is served, the server runs wit
 from __future__ import annotations
 
 import inspect
+import socket
+import subprocess
+import sys
+import urllib.parse
 import urllib.request
 
 import openai
@@ -15,6 +19,7 @@ from deploy_manifests import (
     containers,
     dashboard_queries,
     exported_names,
+    flag,
     metric_names,
     one,
 )
@@ -51,6 +56,26 @@ def get(url: str) -> int:
         return reply.status
 
 
+def probe_passes(server, container: dict, probe: dict, urls: dict) -> bool:
+    """One probe of the manifests run against the test server: an HTTP GET or a TCP connect
+    to a port (``urls``: the manifest's port name or number -> base URL), or a command,
+    its loopback Triton port replaced by the test server's."""
+    if "exec" in probe:
+        theirs = f"127.0.0.1:{flag(container['args'], 'http-port')}"
+        ours = f"127.0.0.1:{server.options.triton_http_port}"
+        command = [
+            sys.executable if word == "python3" else word.replace(theirs, ours)
+            for word in probe["exec"]["command"]
+        ]
+        return subprocess.run(command, timeout=30).returncode == 0
+    if "tcpSocket" in probe:
+        url = urllib.parse.urlsplit(urls[probe["tcpSocket"]["port"]])
+        with socket.create_connection((url.hostname, url.port), timeout=10):
+            return True
+    check = probe["httpGet"]
+    return get(urls[check["port"]] + check["path"]) == 200
+
+
 def test_the_manifests_ports_are_the_servers_and_every_probe_answers(server, openai_front):
     """Named ports map to the endpoints `specbatch serve` opens by default; here on free ports."""
     defaults = Ports()
@@ -67,16 +92,19 @@ def test_the_manifests_ports_are_the_servers_and_every_probe_answers(server, ope
             assert port["containerPort"] == served[port["name"]][0], port
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             if probe in container:
-                check = container[probe]["httpGet"]
-                assert get(served[check["port"]][1] + check["path"]) == 200, (container["name"], probe)
+                urls = {name: url for name, (_, url) in served.items() if url}
+                assert probe_passes(server, container, container[probe], urls), (container["name"], probe)
     for endpoint in one("kubernetes", "ServiceMonitor")["spec"]["endpoints"]:
         assert get(served[endpoint["port"]][1] + endpoint["path"]) == 200
     client = grpcclient.InferenceServerClient(server.grpc_url)
     assert client.is_server_ready() and client.is_model_ready("specbatch")
     client.close()
-    [runtime] = containers("kserve")
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert get(f"http://{server.http_url}{runtime[probe]['httpGet']['path']}") == 200
+    kserve_urls = {8080: f"http://{server.http_url}"}  # KServe's HTTP port, served by the gateway
+    for container in containers("kserve"):
+        for probe in ("livenessProbe", "readinessProbe"):
+            if probe in container:
+                passes = probe_passes(server, container, container[probe], kserve_urls)
+                assert passes, (container["name"], probe)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -7,6 +7,7 @@ and its instances are killed (one, then both) and hung, so those tests run last.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -112,6 +113,28 @@ def test_over_the_queue_bound_requests_are_refused_at_once_and_admitted_ones_com
     assert all("overloaded" in error for error in refused)
     assert len(served) == 14 - len(refused)
     assert all(a.error == "" and a.num_output_tokens > 0 for a in served)
+
+
+def post(server: TritonProcess, path: str) -> tuple[int, str, str | None]:
+    """(HTTP status, body, Retry-After) of one plain JSON POST to the ensemble."""
+    body = json.dumps({"text_input": [INFOBENCH_PROMPT], "max_tokens": 160}).encode()
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/specbatch/{path}", data=body)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, reply.read().decode(), reply.headers.get("Retry-After")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), exc.headers.get("Retry-After")
+
+
+@pytest.mark.parametrize("path", ["generate", "generate_stream"])
+def test_an_overload_refusal_is_http_503_with_retry_after(small_server, path):
+    with ThreadPoolExecutor(14) as pool:
+        results = list(pool.map(lambda _: post(small_server, path), range(14)))
+    refused = [(status, body, retry) for status, body, retry in results if status != 200]
+    assert len(refused) >= 6, results
+    assert all(status == 503 and retry == "1" and "overloaded" in body for status, body, retry in refused), (
+        refused
+    )
 
 
 def test_an_instance_killed_under_load_loses_no_request_and_is_back_within_a_minute(small_server):

@@ -19,6 +19,7 @@ from deploy_manifests import (
     one,
 )
 
+from specbatch.gateway.__main__ import build_parser as gateway_parser
 from specbatch.openai.__main__ import build_parser
 
 CORE_KINDS = {"Namespace", "Deployment", "Service"}
@@ -98,17 +99,49 @@ def test_the_service_and_monitor_reach_the_pods_named_ports():
     for container in pod["spec"]["containers"]:
         ports = {p["name"] for p in container["ports"]}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-            if probe in container:
-                assert container[probe]["httpGet"]["port"] in ports, (container["name"], probe)
+            check = container.get(probe, {}).get("httpGet") or container.get(probe, {}).get("tcpSocket")
+            if check:
+                assert check["port"] in ports, (container["name"], probe)
+
+
+def by_name(variant: str) -> dict[str, dict]:
+    return {c["name"]: c for c in containers(variant)}
 
 
 def test_the_openai_container_talks_to_the_servers_grpc_port():
-    triton, front = containers("kubernetes")
+    pod = by_name("kubernetes")
+    triton, front = pod["tritonserver"], pod["openai"]
     assert front["args"][:3] == ["python3", "-m", "specbatch.openai"]
     options = build_parser().parse_args(front["args"][3:])
     assert options.grpc_url == f"localhost:{flag(triton['args'], 'grpc-port')}"
     assert options.port == 9000
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == 2
+
+
+@pytest.mark.parametrize(
+    ("variant", "triton_name"), [("kubernetes", "tritonserver"), ("kserve", "kserve-container")]
+)
+def test_triton_s_http_stays_on_loopback_behind_the_gateway(variant, triton_name):
+    """Triton 2.51 dies on large bodies: only the gateway's ports reach the network, each
+    forwarding to Triton's loopback listener, and Triton's own probes ask it there."""
+    pod = by_name(variant)
+    triton, gateway = pod[triton_name], pod["gateway"]
+    args = triton["args"]
+    assert flag(args, "http-address") == flag(args, "metrics-address") == "127.0.0.1"
+    assert gateway["args"][:3] == ["python3", "-m", "specbatch.gateway"]
+    options = gateway_parser().parse_args(gateway["args"][3:])
+    upstreams = {upstream for _, upstream in options.listen}
+    assert upstreams == {
+        f"http://127.0.0.1:{flag(args, 'http-port')}",
+        f"http://127.0.0.1:{flag(args, 'metrics-port')}",
+    }
+    declared = {p["containerPort"] for p in gateway["ports"]}
+    # Knative lets one port be declared per pod: KServe's metrics port is only annotated
+    assert {port for port, _ in options.listen} == declared | ({8002} if variant == "kserve" else set())
+    assert "ports" not in triton or all(p["name"] == "grpc" for p in triton["ports"])
+    for probe in ("startupProbe", "livenessProbe"):
+        if probe in triton:
+            assert f"127.0.0.1:{flag(args, 'http-port')}/v2/health/" in triton[probe]["exec"]["command"][-1]
 
 
 def test_the_kserve_runtimes_containers_are_valid_kubernetes_containers():
@@ -124,10 +157,11 @@ def test_the_kserve_runtimes_containers_are_valid_kubernetes_containers():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_the_grace_period_outlasts_the_servers_exit_timeout(variant):
     """The kubelet's SIGKILL must not cut short what tritonserver and the front drain on SIGTERM."""
-    by_command = {c["args"][0]: c for c in containers(variant)}
-    drains = [int(flag(by_command["tritonserver"]["args"], "exit-timeout-secs"))]
+    pod = list(containers(variant))
+    [triton] = [c for c in pod if c["args"][0] == "tritonserver"]
+    drains = [int(flag(triton["args"], "exit-timeout-secs"))]
+    drains += [float(flag(c["args"], "shutdown-timeout")) for c in pod if c["args"][0] == "python3"]
     if variant == "kubernetes":
-        drains.append(float(flag(by_command["python3"]["args"], "shutdown-timeout")))
         grace = one(variant, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     else:
         grace = one(variant, "InferenceService")["spec"]["predictor"]["terminationGracePeriodSeconds"]
