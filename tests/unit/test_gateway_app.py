@@ -1,6 +1,6 @@
 """The HTTP gateway: bodies past the limit never reach Triton, unavailability is a 503,
 and everything else passes through unchanged, streams streamed. The upstream here is a
-small aiohttp app answering as Triton 2.51 does; tests/integration/test_gateway.py runs
+small aiohttp app answering as Triton 2.51 does; tests/integration/test_gateway_live.py runs
 the gateway in front of the real server."""
 
 from __future__ import annotations
