@@ -2,7 +2,14 @@
 
 One process, one or more listeners, each forwarding to its own upstream: typically the
 public HTTP port to Triton's loopback HTTP port and the public metrics port to Triton's
-loopback metrics port (see specbatch.gateway.app for why).
+loopback metrics port (see specbatch.gateway.app for why). SIGUSR1 says the scheduler
+died: every request waiting on it is answered 503 (see specbatch.gateway.held).
+
+With ``--supervise`` (a pod whose containers share one process namespace, where
+tritonserver runs without `specbatch serve`'s launcher) the gateway also watches
+Triton's stub processes and brings back a model whose stub dies, through Triton's
+repository API on the first listener's upstream, with the admin key from
+SPECBATCH_ADMIN_KEY (see specbatch.server.supervisor).
 """
 
 from __future__ import annotations
@@ -12,10 +19,14 @@ import asyncio
 import logging
 import os
 import signal
+import urllib.parse
 
 from aiohttp import web
 
-from specbatch.gateway.app import DEFAULT_MAX_BODY, MAX_BODY_CEILING, build_app
+from specbatch.gateway.app import DEFAULT_MAX_BODY, HELD, MAX_BODY_CEILING, build_app
+from specbatch.server.admin import ADMIN_KEY_ENV, RepositoryClient
+from specbatch.server.stubs import ModelRestarts, stubs_of, tritonserver_pids
+from specbatch.server.supervisor import StubSupervisor
 
 logger = logging.getLogger("specbatch.gateway")
 MAX_BODY_ENV = "SPECBATCH_MAX_BODY_BYTES"
@@ -52,14 +63,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--shutdown-timeout", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM"
     )
+    parser.add_argument(
+        "--supervise",
+        action="store_true",
+        help=f"bring back a Triton model whose stub process dies (needs {ADMIN_KEY_ENV} and a shared "
+        "process namespace with tritonserver)",
+    )
     return parser
 
 
 async def serve(args: argparse.Namespace) -> None:
     runners = []
+    apps = []
     for port, upstream in args.listen:
+        apps.append(build_app(upstream, args.max_body_bytes))
         runner = web.AppRunner(
-            build_app(upstream, args.max_body_bytes),
+            apps[-1],
             handler_cancellation=True,
             shutdown_timeout=args.shutdown_timeout,
             access_log=None,
@@ -74,7 +93,37 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+
+    def scheduler_lost() -> None:
+        answered = sum(app[HELD].fail_all() for app in apps)
+        logger.warning("the scheduler died: %d request(s) waiting on it answered 503", answered)
+
+    loop.add_signal_handler(signal.SIGUSR1, scheduler_lost)
+    supervisor = None
+    if args.supervise:
+        _, triton_http = args.listen[0]
+        restarts = ModelRestarts(RepositoryClient(triton_http, os.environ[ADMIN_KEY_ENV]))
+        port = urllib.parse.urlsplit(triton_http).port
+
+        def died(model: str) -> None:
+            if model == "scheduler":
+                loop.call_soon_threadsafe(scheduler_lost)
+
+        def stubs() -> dict[int, str]:
+            return {pid: name for server in tritonserver_pids(port) for pid, name in stubs_of(server).items()}
+
+        supervisor = StubSupervisor(
+            stubs,
+            restarts.reload,
+            restarts.restart,
+            on_death=died,
+            server=lambda: tritonserver_pids(port),
+            ready_models=restarts.ready_models,
+        )
+        supervisor.start()
     await stop.wait()
+    if supervisor is not None:
+        supervisor.stop()
     logger.info("stopping: in-flight requests get up to %.0f s", args.shutdown_timeout)
     for runner in runners:
         await runner.cleanup()
@@ -85,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not 0 < args.max_body_bytes <= MAX_BODY_CEILING:
         raise SystemExit(f"--max-body-bytes must be between 1 and {MAX_BODY_CEILING}")
+    if args.supervise and not os.environ.get(ADMIN_KEY_ENV):
+        raise SystemExit(f"--supervise reloads models through the repository API: set {ADMIN_KEY_ENV}")
     asyncio.run(serve(args))
 
 

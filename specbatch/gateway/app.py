@@ -12,18 +12,25 @@ scheduler's UNAVAILABLE to an HTTP client as 400 ("in ensemble 'specbatch', the 
 is overloaded ..."), and a step whose process died as 400 too ("Stub process ... is not
 healthy"); gateways and retrying clients treat a 400 as the client's fault and never
 retry. A 400 whose message is one of those becomes 503 with Retry-After, and a Triton
-that does not answer at all (restarting) is a 503 as well. Everything else passes
-through unchanged, streamed (`/generate_stream`'s events go out as they come).
+that does not answer at all (restarting) is a 503 as well; so is a health check that
+says "not ready" (Triton says 400). Everything else passes through unchanged, streamed
+(`/generate_stream`'s events go out as they come). Requests waiting on a scheduler that
+died are answered here (see held).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import re
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+
+from specbatch.gateway.held import HeldRequests, waits_on_scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +65,7 @@ HOP_BY_HOP = frozenset(
 UPSTREAM = web.AppKey("upstream", str)
 MAX_BODY = web.AppKey("max_body", int)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
+HELD = web.AppKey("held", HeldRequests)
 
 
 def build_app(upstream: str, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
@@ -69,6 +77,7 @@ def build_app(upstream: str, max_body: int = DEFAULT_MAX_BODY) -> web.Applicatio
     app = web.Application(client_max_size=max_body, middlewares=[_limit_body])
     app[UPSTREAM] = upstream.rstrip("/")
     app[MAX_BODY] = max_body
+    app[HELD] = HeldRequests()
     app.on_startup.append(_open_session)
     app.on_cleanup.append(_close_session)
     app.router.add_route("*", "/{tail:.*}", forward)
@@ -87,15 +96,52 @@ async def _limit_body(request: web.Request, handler) -> web.StreamResponse:
         return _too_large(limit)
 
 
+@dataclass
+class _Sink:
+    """The response once its status has gone out (a stream), else None."""
+
+    response: web.StreamResponse | None = None
+
+
 async def forward(request: web.Request) -> web.StreamResponse:
     body = await request.read()
+    if not waits_on_scheduler(request.path):
+        return await _forward(request, body, _Sink())
+    with request.app[HELD].waiting() as failed:
+        return await _forward_unless_failed(request, body, failed)
+
+
+async def _forward_unless_failed(
+    request: web.Request, body: bytes, failed: asyncio.Future[str]
+) -> web.StreamResponse:
+    """Forward, but answer with ``failed``'s message if it is set first (the scheduler died)."""
+    sink = _Sink()
+    relay = asyncio.ensure_future(_forward(request, body, sink))
+    try:
+        await asyncio.wait({relay, failed}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not relay.done():
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay
+    if not relay.cancelled():
+        return relay.result()
+    message = failed.result()
+    if sink.response is None:
+        return _unavailable(message)
+    await sink.response.write(f"data: {json.dumps({'error': message})}\n\n".encode())
+    await sink.response.write_eof()
+    return sink.response
+
+
+async def _forward(request: web.Request, body: bytes, sink: _Sink) -> web.StreamResponse:
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
     url = request.app[UPSTREAM] + request.rel_url.path_qs
     try:
         async with request.app[SESSION].request(
             request.method, url, headers=headers, data=body, allow_redirects=False
         ) as upstream:
-            return await _relay(request, upstream)
+            return await _relay(request, upstream, sink)
     except aiohttp.ClientConnectionError as exc:
         if request.transport is None or request.transport.is_closing():
             raise  # the client left; nobody to answer
@@ -103,8 +149,12 @@ async def forward(request: web.Request) -> web.StreamResponse:
         return _unavailable("the server is restarting or unreachable; retry later")
 
 
-async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+async def _relay(
+    request: web.Request, upstream: aiohttp.ClientResponse, sink: _Sink
+) -> web.StreamResponse:
     headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+    if request.path.startswith("/v2/health/") and upstream.status == 400:
+        return web.Response(status=503, body=await upstream.read(), headers=headers)
     plain = "Content-Encoding" not in upstream.headers
     events = "text/event-stream" in upstream.headers.get("Content-Type", "")
     if upstream.status == 400 and plain:
@@ -123,6 +173,7 @@ async def _relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.
             return _unavailable(message)
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     await response.prepare(request)
+    sink.response = response
     if first:
         await response.write(first)
     async for chunk in upstream.content.iter_any():

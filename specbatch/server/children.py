@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from specbatch.lifeline import exit_with_parent_preexec
+from specbatch.server.admin import ADMIN_KEY_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +30,14 @@ class ChildProcess:
     what = "a helper process"
     any_status_is_ready = False  # True: any HTTP answer means the process is up
 
-    def __init__(self, module: str, args: list[str], ready_url: str) -> None:
+    def __init__(
+        self, module: str, args: list[str], ready_url: str, env: dict[str, str] | None = None
+    ) -> None:
+        """``env``: variables added to this process's environment for the child."""
         self.module = module
         self.args = args
         self.ready_url = ready_url
+        self.env = env or {}
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
 
@@ -45,6 +50,7 @@ class ChildProcess:
         logger.info("starting %s", " ".join(self.command()))
         self.process = subprocess.Popen(
             self.command(),
+            env={**os.environ, **self.env},
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
             preexec_fn=exit_with_parent_preexec,
@@ -114,11 +120,23 @@ class GatewayProcess(ChildProcess):
     what = "the HTTP gateway"
     any_status_is_ready = True  # it answers 503 while Triton behind it is not up yet
 
-    def __init__(self, host: str, routes: dict[int, int], max_body_bytes: int | None = None) -> None:
-        """``routes``: {public port: Triton's loopback port}; the first is the HTTP one."""
+    def __init__(
+        self,
+        host: str,
+        routes: dict[int, int],
+        max_body_bytes: int | None = None,
+        supervise_with_key: str | None = None,
+    ) -> None:
+        """``routes``: {public port: Triton's loopback port}; the first is the HTTP one. With
+        ``supervise_with_key`` (the admin key) the gateway brings back dead Triton stubs
+        itself, as in a pod (`--supervise`)."""
         listeners = [f"--listen={public}=127.0.0.1:{inner}" for public, inner in routes.items()]
         args = [f"--host={host}", *listeners]
         if max_body_bytes is not None:
             args.append(f"--max-body-bytes={max_body_bytes}")
+        env = {}
+        if supervise_with_key is not None:
+            args.append("--supervise")
+            env[ADMIN_KEY_ENV] = supervise_with_key
         http = next(iter(routes))
-        super().__init__("specbatch.gateway", args, f"http://127.0.0.1:{http}/v2/health/live")
+        super().__init__("specbatch.gateway", args, f"http://127.0.0.1:{http}/v2/health/live", env)

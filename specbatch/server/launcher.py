@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from pathlib import Path
 
 from specbatch.server.admin import ADMIN_HEADER
-from specbatch.server.children import OpenAIFrontProcess
+from specbatch.server.children import ChildProcess, OpenAIFrontProcess
 from specbatch.server.process import Ports, ServerOptions, TritonProcess, check_ports_free
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,21 @@ def usage_banner(
     )
 
 
+def keep_running(
+    process: TritonProcess, helpers: list[ChildProcess], stopping: list[int], poll_s: float = 0.5
+) -> int:
+    """Wait for tritonserver to exit, starting again any helper process (the gateway, the
+    OpenAI front) that dies meanwhile; tritonserver's exit code."""
+    assert process.process is not None
+    while (code := process.process.poll()) is None:
+        for helper in helpers:
+            if not helper.running() and not stopping:
+                logger.error("%s exited with %s: starting it again", helper.what, helper.process.returncode)
+                helper.start(helper.log_path)
+        time.sleep(poll_s)
+    return code
+
+
 def serve(
     config: str = "auto",
     ports: Ports | None = None,
@@ -130,7 +146,7 @@ def serve(
             front.start()
             front.wait_ready()
         print(usage_banner(process, openai_port), flush=True)
-        code = process.process.wait() if process.process is not None else 1
+        code = keep_running(process, [c for c in (process.gateway, front) if c is not None], received)
     finally:
         if front is not None:
             front.stop()

@@ -15,7 +15,6 @@ Triton's, on the public gRPC port.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import signal
@@ -31,7 +30,8 @@ from specbatch.lifeline import exit_with_parent_preexec
 from specbatch.server.admin import RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
 from specbatch.server.children import GatewayProcess
-from specbatch.server.supervisor import InstanceSupervisor
+from specbatch.server.stubs import ModelRestarts, stubs_of
+from specbatch.server.supervisor import StubSupervisor
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
     """Raise PortInUseError naming the first of ``ports`` ({what: port}) that ``host`` cannot bind."""
     for what, port in ports.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # as the servers bind: a closed connection's TIME_WAIT does not hold the port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((host, port))
             except OSError as exc:
@@ -93,6 +95,7 @@ class ServerOptions:
     triton_http_port: int = field(default_factory=free_port)
     triton_metrics_port: int = field(default_factory=free_port)
     max_body_bytes: int | None = None
+    gateway_supervises: bool = False  # as in a pod: the gateway, not the launcher, brings stubs back
 
     def arguments(self) -> list[str]:
         """Both repositories and every model, or with `only_model` that one model alone."""
@@ -126,7 +129,8 @@ class ServerOptions:
     def gateway(self) -> GatewayProcess:
         """The front on the public HTTP and metrics ports."""
         routes = {self.ports.http: self.triton_http_port, self.ports.metrics: self.triton_metrics_port}
-        return GatewayProcess(self.host, routes, self.max_body_bytes)
+        key = self.admin_key if self.gateway_supervises else None
+        return GatewayProcess(self.host, routes, self.max_body_bytes, supervise_with_key=key)
 
 
 class ServerStartError(RuntimeError):
@@ -142,7 +146,7 @@ class TritonProcess:
         self.process: subprocess.Popen | None = None
         self.gateway = options.gateway()
         self.log_path: Path | None = None
-        self.supervisor: InstanceSupervisor | None = None
+        self.supervisor: StubSupervisor | None = None
 
     @property
     def http_url(self) -> str:
@@ -193,50 +197,27 @@ class TritonProcess:
         return {name: pid for pid, name in sorted(self.stubs().items())}
 
     def stubs(self) -> dict[int, str]:
-        """{pid: model instance name} of every Python backend stub process of the server
-        (each a child of tritonserver naming its instance on its command line)."""
-        if self.process is None:
-            return {}
-        stubs = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if parent == self.process.pid and len(argv) > 8 and b"python_backend_stub" in argv[0]:
-                stubs[int(entry.name)] = argv[8].decode(errors="replace")
-        return stubs
+        """{pid: model instance name} of every Python backend stub process of the server."""
+        return {} if self.process is None else stubs_of(self.process.pid)
 
-    def supervise(self, model: str = "qwen3_specdec") -> InstanceSupervisor:
-        """Reload `model` whenever one of its instance processes dies (see supervisor)."""
-        repository = self.repository()
-        generation = itertools.count(1)
-
-        def reload() -> None:
-            # Triton does nothing for a load of a loaded model with the same configuration,
-            # so the configuration it reloads with carries a new restart generation.
-            config = repository.config(model)
-            config.setdefault("parameters", {})["restart_generation"] = {
-                "string_value": str(next(generation))
-            }
-            repository.load(model, config)
-
-        def restart() -> None:
-            repository.unload(model)
-            repository.load(model)
-
-        prefix = f"{model}_"
-        self.supervisor = InstanceSupervisor(
-            lambda: {pid: name for pid, name in self.stubs().items() if name.startswith(prefix)},
-            reload,
-            restart,
+    def supervise(self) -> StubSupervisor:
+        """Bring back any model of the pipeline whose stub process dies (see supervisor)."""
+        restarts = ModelRestarts(self.repository())
+        self.supervisor = StubSupervisor(
+            self.stubs,
+            restarts.reload,
+            restarts.restart,
+            on_death=self._model_died,
+            ready_models=restarts.ready_models,
         )
         self.supervisor.check()
         self.supervisor.start()
         return self.supervisor
+
+    def _model_died(self, model: str) -> None:
+        """Triton never answers what a dead scheduler held: the gateway answers it (503)."""
+        if model == "scheduler" and self.gateway.running():
+            self.gateway.process.send_signal(signal.SIGUSR1)
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
         """Block until /v2/health/ready answers 200 through the gateway; raise with the log

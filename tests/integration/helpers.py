@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,9 +132,12 @@ class GrpcStream:
 
 
 @contextlib.contextmanager
-def running_server(log: Path, env: dict[str, str], exit_timeout_s: int = 10) -> Iterator:
+def running_server(
+    log: Path, env: dict[str, str], exit_timeout_s: int = 10, as_in_a_pod: bool = False
+) -> Iterator:
     """The whole pipeline (cpu config, tiny pair) on free loopback ports with ``env``;
-    stopped by its process id, with its stub processes, whatever happens."""
+    stopped by its process id, with its stub processes, whatever happens. ``as_in_a_pod``:
+    as deploy/ runs it, the gateway (not the launcher) brings back dead stubs."""
     from specbatch.server.process import Ports, ServerOptions, TritonProcess
 
     root = Path(__file__).resolve().parents[2]
@@ -143,13 +148,38 @@ def running_server(log: Path, env: dict[str, str], exit_timeout_s: int = 10) -> 
         host="127.0.0.1",
         exit_timeout_s=exit_timeout_s,
         env=env,
+        gateway_supervises=as_in_a_pod,
     )
     process = TritonProcess(options)
     process.start(log)
     try:
         process.wait_ready(timeout_s=300)
-        process.supervise()
+        if not as_in_a_pod:
+            process.supervise()
         yield process
     finally:
         process.stop()
         print(f"tritonserver log: {log}")
+
+
+def post_generate(http_url: str, max_tokens: int, prompt: str = INFOBENCH_PROMPT) -> tuple[int, str]:
+    """(HTTP status, body) of one `/generate` of ``prompt``."""
+    body = json.dumps({"text_input": [prompt], "max_tokens": max_tokens}).encode()
+    request = urllib.request.Request(f"http://{http_url}/v2/models/specbatch/generate", data=body)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def running_rows(metrics_url: str) -> float:
+    return sum(metric_values(scrape(metrics_url), "specbatch_running_rows").values())
+
+
+def stub_pid(triton_pid: int, instance: str) -> int:
+    """The pid of the stub process of ``instance`` (e.g. scheduler_0_0) of a tritonserver."""
+    from specbatch.server.stubs import stubs_of
+
+    [pid] = [pid for pid, name in stubs_of(triton_pid).items() if name == instance]
+    return pid

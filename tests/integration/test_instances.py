@@ -137,8 +137,14 @@ def test_an_overload_refusal_is_http_503_with_retry_after(small_server, path):
     )
 
 
+def running_on(server: TritonProcess, instance: str) -> float:
+    rows = metric_values(scrape(server.metrics_url), "specbatch_running_rows")
+    return sum(value for labels, value in rows.items() if f'instance="{instance}"' in labels)
+
+
 def test_an_instance_killed_under_load_loses_no_request_and_is_back_within_a_minute(small_server):
     victim = "qwen3_specdec_0_1"
+    requeued = metric(small_server, "specbatch_requeued_prompts_total")
     stream = GrpcStream(small_server.grpc_url)
     streamed_text = threading.Event()
     try:
@@ -159,6 +165,8 @@ def test_an_instance_killed_under_load_loses_no_request_and_is_back_within_a_min
                 responses.append((outputs, final, error))
                 if outputs.get("text_output", [""])[0]:
                     streamed_text.set()
+            # four rows on two instances of two rows each: the victim is running some
+            until(lambda: running_on(small_server, victim) >= 1, f"{victim} to run rows", 30)
             os.kill(small_server.stub_pids()[victim], signal.SIGKILL)
             results = [future.result(timeout=300) for future in running]
         while not responses[-1][1]:
@@ -174,6 +182,8 @@ def test_an_instance_killed_under_load_loses_no_request_and_is_back_within_a_min
         assert victim in error
     else:
         assert outputs["model_instance"] == ["qwen3_specdec_0_0"]
+    # what the victim ran and had not streamed was re-run (counted before its answer)
+    assert metric(small_server, "specbatch_requeued_prompts_total") >= requeued + 1
     # the survivor kept serving, so the server stayed ready; the model is reloaded and
     # both instances serve again, the restart counted
     assert ready(small_server)

@@ -1,5 +1,6 @@
-"""`specbatch serve` brings up tritonserver and the OpenAI front together, on loopback unless
-told otherwise, and stops both."""
+"""`specbatch serve` brings up tritonserver, the HTTP gateway and the OpenAI front
+together, on loopback unless told otherwise; brings back whichever of its processes
+dies; refuses ports in use by name; and stops everything on SIGINT."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import openai
 import pytest
-from helpers import GRAPH_ANSWER, GRAPH_PROMPT
+from helpers import GRAPH_ANSWER, GRAPH_PROMPT, post_generate, running_rows, stub_pid
 
 from specbatch.server.process import free_port
 
@@ -22,6 +27,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 # /proc/net/tcp{,6} local addresses of 127.0.0.1, ::ffff:127.0.0.1 and ::1.
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+BACK_S = 60  # a helper or a router / scheduler is back well within this
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -36,13 +42,61 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-def test_serve_starts_the_openai_front_beside_the_server(tiny_pair_dir):
-    http, grpc, metrics, front = (free_port() for _ in range(4))
-    command = [
+def children(parent: int) -> dict[int, str]:
+    """{pid: command line} of the processes whose parent is ``parent``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == parent:
+                    found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def child(parent: int, marker: str) -> int:
+    [pid] = [pid for pid, command in children(parent).items() if marker in command]
+    return pid
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen
+    http: int
+    grpc: int
+    metrics: int
+    front: int
+    banner: list[str]
+
+    def completion(self) -> str:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.front}/v1", api_key="unused", max_retries=0)
+        return client.completions.create(model="specbatch", prompt=GRAPH_PROMPT, max_tokens=8).choices[0].text
+
+    def generate(self, max_tokens: int) -> tuple[int, str]:
+        return post_generate(f"127.0.0.1:{self.http}", max_tokens)
+
+    def running_rows(self) -> float:
+        return running_rows(f"http://127.0.0.1:{self.metrics}/metrics")
+
+    def triton(self) -> int:
+        return child(self.process.pid, "tritonserver")
+
+
+def serve_command(http: int, grpc: int, metrics: int, front: int) -> list[str]:
+    return [
         sys.executable, "-m", "specbatch.cli", "serve", "--config=cpu",
         f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}", f"--openai-port={front}",
     ]  # fmt: skip
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_pair_dir) -> Iterator[Served]:
+    ports = [free_port() for _ in range(4)]
+    process = subprocess.Popen(
+        serve_command(*ports), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: queue.Queue = queue.Queue()
 
     def drain() -> None:
@@ -56,15 +110,79 @@ def test_serve_starts_the_openai_front_beside_the_server(tiny_pair_dir):
         while (line := lines.get(timeout=300)) is not None and "specbatch is ready" not in line:
             seen.append(line)
         assert line is not None, "".join(seen[-30:])
-        banner = [lines.get(timeout=10) for _ in range(4)]
-        assert any(f":{front}/v1" in b for b in banner), banner
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{front}/v1", api_key="unused", max_retries=0)
-        reply = client.completions.create(model="specbatch", prompt=GRAPH_PROMPT, max_tokens=8)
-        assert reply.choices[0].text == GRAPH_ANSWER
-        for port in (http, grpc, metrics, front):
-            addresses = listening_addresses(port)
-            assert addresses and addresses <= LOOPBACK, (port, addresses)
+        yield Served(process, *ports, banner=[lines.get(timeout=10) for _ in range(5)])
     finally:
-        os.kill(process.pid, signal.SIGINT)
-        code = process.wait(timeout=120)
-    assert code == 0
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGINT)
+        process.wait(timeout=120)
+
+
+def until_back(served: Served, what: str) -> float:
+    """Seconds until a completion through the OpenAI front and a `/generate` through the
+    gateway both succeed again."""
+    started = time.monotonic()
+    while time.monotonic() - started < BACK_S:
+        try:
+            if served.completion() == GRAPH_ANSWER and served.generate(4)[0] == 200:
+                return time.monotonic() - started
+        except (openai.APIError, OSError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"not serving {BACK_S} s after {what}")
+
+
+def test_serve_starts_the_gateway_and_the_openai_front_beside_the_server(served):
+    assert any(f":{served.front}/v1" in line for line in served.banner), served.banner
+    assert served.completion() == GRAPH_ANSWER
+    for port in (served.http, served.grpc, served.metrics, served.front):
+        addresses = listening_addresses(port)
+        assert addresses and addresses <= LOOPBACK, (port, addresses)
+
+
+def test_a_second_serve_on_the_same_ports_names_the_port_and_starts_nothing(served):
+    before = children(os.getpid())
+    ports = (served.http, free_port(), free_port(), free_port())
+    second = subprocess.run(serve_command(*ports), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1
+    assert f"the HTTP port {served.http} on 127.0.0.1 is in use" in second.stderr, second.stderr
+    assert children(os.getpid()).keys() <= before.keys() | {served.process.pid}
+
+
+@pytest.mark.parametrize("marker", ["specbatch.openai", "specbatch.gateway"])
+def test_a_killed_helper_process_is_started_again(served, marker):
+    os.kill(child(served.process.pid, marker), signal.SIGKILL)
+    until_back(served, f"killing {marker}")
+
+
+@pytest.mark.parametrize("stub", ["router_0_0", "scheduler_0_0"])
+def test_a_killed_router_or_scheduler_is_brought_back_and_what_it_held_is_answered(served, stub):
+    """Requests waiting on the scheduler when it dies are answered (503, retry) within
+    seconds, never left to the client's timeout; the step is back within a minute."""
+    with ThreadPoolExecutor(4) as pool:
+        pending = [pool.submit(served.generate, 400) for _ in range(4)]
+        deadline = time.monotonic() + 60
+        while served.running_rows() < 2:
+            assert time.monotonic() < deadline, "the requests never started"
+            time.sleep(0.05)
+        killed = time.monotonic()
+        os.kill(stub_pid(served.triton(), stub), signal.SIGKILL)
+        answers = [future.result(timeout=60) for future in pending]
+        answered_s = time.monotonic() - killed
+    assert answered_s < 20, answered_s
+    for status, body in answers:
+        assert status == 200 or (status == 503 and "retry" in body), (status, body)
+    if stub.startswith("scheduler"):
+        assert any(status == 503 for status, _ in answers), "rows were running on the scheduler's behalf"
+    until_back(served, f"killing {stub}")
+    status, body = served.generate(8)
+    assert status == 200, body
+
+
+def test_sigint_stops_every_process(served):
+    pids = [served.process.pid, served.triton(), *children(served.process.pid)]
+    os.kill(served.process.pid, signal.SIGINT)
+    assert served.process.wait(timeout=120) == 0
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)

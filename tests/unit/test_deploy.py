@@ -144,6 +144,20 @@ def test_triton_s_http_stays_on_loopback_behind_the_gateway(variant, triton_name
             assert f"127.0.0.1:{flag(args, 'http-port')}/v2/health/" in triton[probe]["exec"]["command"][-1]
 
 
+def test_the_gateway_supervises_the_pods_triton_with_the_admin_key():
+    """Plain tritonserver does not restart a dead stub: the gateway does, seeing the stubs
+    through the pod's shared process namespace and reloading through the repository API."""
+    pod = one("kubernetes", "Deployment")["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    gateway = by_name("kubernetes")["gateway"]
+    assert gateway_parser().parse_args(gateway["args"][3:]).supervise
+    [key] = [e for e in gateway["env"] if e["name"] == "SPECBATCH_ADMIN_KEY"]
+    [triton_key] = [
+        e for e in by_name("kubernetes")["tritonserver"]["env"] if e["name"] == "SPECBATCH_ADMIN_KEY"
+    ]
+    assert key == triton_key
+
+
 def test_the_kserve_runtimes_containers_are_valid_kubernetes_containers():
     pod = {
         "apiVersion": "v1",

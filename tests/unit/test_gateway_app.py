@@ -13,6 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from specbatch.gateway import MAX_BODY_CEILING, build_app
+from specbatch.gateway.app import HELD
 
 OVERLOADED = "in ensemble 'specbatch', the server is overloaded: 9 prompts are queued (limit 8); retry later"
 BAD_PROMPT = "in ensemble 'specbatch', text_input: a prompt is empty"
@@ -23,6 +24,8 @@ def upstream_app(seen: list[int]) -> web.Application:
         body = await request.read()
         seen.append(len(body))
         prompt = json.loads(body)["text_input"][0]
+        if prompt == "held":  # a dead scheduler never answers
+            await asyncio.Event().wait()
         if prompt == "overload":
             return web.json_response({"error": OVERLOADED}, status=400)
         if prompt == "":
@@ -38,6 +41,8 @@ def upstream_app(seen: list[int]) -> web.Application:
         await response.prepare(request)
         for word in prompt.split():
             await response.write(f"data: {json.dumps({'text_output': word})}\n\n".encode())
+        if prompt.endswith("held"):
+            await asyncio.Event().wait()
         await response.write_eof()
         return response
 
@@ -52,7 +57,7 @@ def upstream_app(seen: list[int]) -> web.Application:
 
 
 def run(scenario, max_body: int = 1000, upstream_up: bool = True) -> list[int]:
-    """``await scenario(client)`` against a gateway in front of the fake upstream."""
+    """``await scenario(client, gateway)`` against a gateway in front of the fake upstream."""
     seen: list[int] = []
 
     async def main() -> None:
@@ -61,8 +66,9 @@ def run(scenario, max_body: int = 1000, upstream_up: bool = True) -> list[int]:
         url = str(upstream.make_url(""))
         if not upstream_up:
             await upstream.close()
-        async with TestClient(TestServer(build_app(url, max_body))) as client:
-            await scenario(client)
+        gateway = build_app(url, max_body)
+        async with TestClient(TestServer(gateway)) as client:
+            await scenario(client, gateway)
         if upstream_up:
             await upstream.close()
 
@@ -71,7 +77,7 @@ def run(scenario, max_body: int = 1000, upstream_up: bool = True) -> list[int]:
 
 
 def test_a_body_past_the_limit_gets_413_and_never_reaches_the_upstream():
-    async def scenario(client):
+    async def scenario(client, gateway):
         for body in (b"x" * 1001, b"x" * 8_000_000):
             reply = await client.post("/v2/models/specbatch/generate", data=body)
             assert reply.status == 413
@@ -91,7 +97,7 @@ def test_a_body_past_the_limit_gets_413_and_never_reaches_the_upstream():
 
 
 def test_an_overload_refusal_is_a_503_with_retry_after_and_a_bad_prompt_stays_a_400():
-    async def scenario(client):
+    async def scenario(client, gateway):
         for path in ("generate", "generate_stream"):
             reply = await client.post(f"/v2/models/specbatch/{path}", json={"text_input": ["overload"]})
             assert reply.status == 503, path
@@ -104,7 +110,7 @@ def test_an_overload_refusal_is_a_503_with_retry_after_and_a_bad_prompt_stays_a_
 
 
 def test_a_stream_passes_through_event_by_event():
-    async def scenario(client):
+    async def scenario(client, gateway):
         reply = await client.post("/v2/models/specbatch/generate_stream", json={"text_input": ["a b c"]})
         assert reply.status == 200 and reply.headers["Content-Type"].startswith("text/event-stream")
         events = [json.loads(line[6:]) for line in (await reply.text()).splitlines() if line]
@@ -114,7 +120,7 @@ def test_a_stream_passes_through_event_by_event():
 
 
 def test_an_upstream_that_does_not_answer_is_a_503():
-    async def scenario(client):
+    async def scenario(client, gateway):
         reply = await client.get("/v2/health/ready")
         assert reply.status == 503 and "restarting or unreachable" in (await reply.json())["error"]
 
@@ -124,3 +130,32 @@ def test_an_upstream_that_does_not_answer_is_a_503():
 def test_the_limit_cannot_exceed_what_triton_survives():
     with pytest.raises(ValueError, match=r"Triton 2\.51 dies"):
         build_app("http://127.0.0.1:1", MAX_BODY_CEILING + 1)
+
+
+def test_requests_waiting_on_a_dead_scheduler_are_answered_503_and_others_go_on():
+    async def scenario(client, gateway):
+        held = gateway[HELD]
+        waiting = asyncio.ensure_future(
+            client.post("/v2/models/specbatch/generate", json={"text_input": ["held"]})
+        )
+        streaming = asyncio.ensure_future(
+            client.post("/v2/models/specbatch/generate_stream", json={"text_input": ["a held"]})
+        )
+        async def both_waiting() -> None:
+            while len(held) < 2:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(both_waiting(), 30)
+        stream_reply = await streaming  # its status went out with the first event
+        assert stream_reply.status == 200
+        assert held.fail_all() == 2
+        reply = await waiting
+        assert reply.status == 503 and reply.headers["Retry-After"] == "1"
+        assert "scheduler failed" in (await reply.json())["error"]
+        events = [json.loads(line[6:]) for line in (await stream_reply.text()).splitlines() if line]
+        assert events[0] == {"text_output": "a"} and "scheduler failed" in events[-1]["error"]
+        assert len(held) == 0
+        reply = await client.post("/v2/models/specbatch/generate", json={"text_input": ["next"]})
+        assert reply.status == 200 and (await reply.json()) == {"text_output": "NEXT"}
+
+    run(scenario)

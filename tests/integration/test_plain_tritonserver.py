@@ -1,0 +1,85 @@
+"""The pipeline as deploy/ runs it: plain tritonserver, no launcher watching it, and the
+gateway beside it (`--supervise`, the pod's shared process namespace) bringing back
+whatever stub process dies: scheduler, router, a decoding instance. What a dead
+scheduler held is answered within seconds; a request meanwhile gets 503, never a 4xx."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from helpers import post_generate, running_rows, running_server, stub_pid
+
+from specbatch.server.process import TritonProcess
+
+pytestmark = pytest.mark.integration
+
+BACK_S = 30  # router and scheduler
+FULL_CAPACITY_S = 60  # a decoding instance (its model pair loads again)
+INSTANCES = {"qwen3_specdec_0_0", "qwen3_specdec_0_1"}
+
+
+@pytest.fixture(scope="module")
+def pod(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
+    log = tmp_path_factory.mktemp("triton-pod") / "server.log"
+    with running_server(log, {}, as_in_a_pod=True) as process:
+        assert process.supervisor is None, "nothing but the gateway watches this server"
+        yield process
+
+
+def until(predicate, what: str, timeout_s: float) -> float:
+    """Seconds until ``predicate()`` holds (polling an observable of the server)."""
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < timeout_s, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def serves(server: TritonProcess) -> bool:
+    return post_generate(server.http_url, 4)[0] == 200
+
+
+def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod):
+    with ThreadPoolExecutor(4) as pool:
+        pending = [pool.submit(post_generate, pod.http_url, 400) for _ in range(4)]
+        until(lambda: running_rows(pod.metrics_url) >= 2, "rows to run", 60)
+        killed = time.monotonic()
+        os.kill(stub_pid(pod.process.pid, "scheduler_0_0"), signal.SIGKILL)
+        answers = [future.result(timeout=60) for future in pending]
+        answered_s = time.monotonic() - killed
+    assert answered_s < 20, answered_s
+    assert all(status == 200 or (status == 503 and "retry" in body) for status, body in answers), answers
+    assert any(status == 503 for status, _ in answers), "rows were running on the dead scheduler's behalf"
+    assert until(lambda: serves(pod), "the scheduler to serve again", BACK_S) < BACK_S
+
+
+def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod):
+    os.kill(stub_pid(pod.process.pid, "router_0_0"), signal.SIGKILL)
+    statuses = set()
+
+    def back() -> bool:
+        status, _ = post_generate(pod.http_url, 4)
+        statuses.add(status)
+        return status == 200
+
+    until(back, "the router to serve again", BACK_S)
+    assert statuses <= {200, 503}, statuses
+
+
+def test_a_killed_instance_is_back_and_both_serve_again(pod):
+    os.kill(stub_pid(pod.process.pid, "qwen3_specdec_0_1"), signal.SIGKILL)
+
+    def both_serve() -> bool:
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: post_generate(pod.http_url, 24), range(4)))
+        assert all(status in (200, 503) for status, _ in answers), answers
+        return {json.loads(body)["model_instance"] for status, body in answers if status == 200} == INSTANCES
+
+    until(both_serve, "both instances to serve", FULL_CAPACITY_S)
