@@ -4,8 +4,10 @@ Two ways, for two kinds of child. A child we start ourselves asks the kernel for
 signal when its parent dies (`exit_with_parent_preexec`, Linux's PR_SET_PDEATHSIG).
 A process started by someone else's code — Triton's Python backend stubs, whose
 scheduler and instance threads would otherwise keep a stub alive after tritonserver
-died — watches its parent from a daemon thread and exits when it is gone
-(`exit_with_parent`): an answer it still owed has nobody left to go to.
+died — gets a watcher (`exit_with_parent`): a small shell process that ends it with
+SIGKILL once its parent is gone. The watcher is a process, not a thread, because a
+thread needs the GIL, and a stub whose parent died has threads blocked for good inside
+the backend's IPC holding it; an answer the stub still owed has nobody to go to anyway.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
-import threading
-import time
 
 _PR_SET_PDEATHSIG = 1
 POLL_S = 0.5
@@ -27,18 +28,19 @@ def exit_with_parent_preexec() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def exit_with_parent(what: str = "this process") -> threading.Thread:
-    """Exit at once (status 1) when the current parent process has gone, even mid-work
-    (at once, too, when it went before this was called: the parent is then init)."""
-    parent = os.getppid()
+def _alive(pid: int) -> str:
+    """A shell test: ``pid`` exists and is not a zombie."""
+    return f'[ -d /proc/{pid} ] && ! grep -q "^State:.*Z" /proc/{pid}/status 2>/dev/null'
 
-    def watch() -> None:
-        while os.getppid() == parent != 1:
-            time.sleep(POLL_S)
-        # Straight to stderr: in a Triton stub, logging goes through the dead parent and blocks.
-        os.write(2, f"the parent process {parent} of {what} is gone: exiting\n".encode())
-        os._exit(1)
 
-    thread = threading.Thread(target=watch, name="lifeline", daemon=True)
-    thread.start()
-    return thread
+def exit_with_parent(what: str = "this process") -> subprocess.Popen:
+    """Watch the current parent process: when it has gone (even before this was called:
+    the parent is then init), this process is ended at once with SIGKILL. The watcher
+    exits with this process."""
+    parent, me = os.getppid(), os.getpid()
+    script = (
+        f"[ {parent} -ne 1 ] && while {_alive(parent)} && {_alive(me)}; do sleep {POLL_S}; done; "
+        f'if {_alive(me)}; then echo "the parent process {parent} of {what} is gone: ending it" >&2; '
+        f"kill -9 {me}; fi"
+    )
+    return subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

@@ -83,3 +83,30 @@ def test_a_killed_instance_is_back_and_both_serve_again(pod):
         return {json.loads(body)["model_instance"] for status, body in answers if status == 200} == INSTANCES
 
     until(both_serve, "both instances to serve", FULL_CAPACITY_S)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (stubs, their solver workers and watchers)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_a_killed_tritonserver_leaves_no_process_behind(pod):
+    """Runs last: the stubs' threads block for good in Triton's IPC once it is gone, so
+    each stub has a watcher process that ends it."""
+    below = descendants(pod.process.pid)
+    assert len(below) >= 6, below  # four stubs, two solver workers, and their watchers
+    os.kill(pod.process.pid, signal.SIGKILL)
+    until(
+        lambda: not any(Path(f"/proc/{pid}").exists() for pid in below), "every process below it to exit", 20
+    )
