@@ -3,19 +3,21 @@
 One process, one or more listeners, each forwarding to its own upstream: typically the
 public HTTP port to Triton's loopback HTTP port and the public metrics port to Triton's
 loopback metrics port (see specbatch.gateway.app for why). SIGUSR1 says the scheduler
-died: every request waiting on it is answered 503 (see specbatch.gateway.held).
+died: every request waiting on it is answered 503 (see specbatch.serving.held).
 
 With ``--supervise`` (a pod whose containers share one process namespace, where
 tritonserver runs without `specbatch serve`'s launcher) the gateway also watches
 Triton's stub processes and brings back a model whose stub dies, through Triton's
 repository API on the first listener's upstream, with the admin key from
-SPECBATCH_ADMIN_KEY (see specbatch.server.supervisor).
+SPECBATCH_ADMIN_KEY (see specbatch.server.supervisor); when the scheduler dies it also
+tells the pod's OpenAI front (SIGUSR1).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -25,7 +27,7 @@ from aiohttp import web
 
 from specbatch.gateway.app import DEFAULT_MAX_BODY, HELD, MAX_BODY_CEILING, build_app
 from specbatch.server.admin import ADMIN_KEY_ENV, RepositoryClient
-from specbatch.server.stubs import ModelRestarts, stubs_of, tritonserver_pids
+from specbatch.server.stubs import ModelRestarts, processes_running, stubs_of, tritonserver_pids
 from specbatch.server.supervisor import StubSupervisor
 
 logger = logging.getLogger("specbatch.gateway")
@@ -108,6 +110,9 @@ async def serve(args: argparse.Namespace) -> None:
         def died(model: str) -> None:
             if model == "scheduler":
                 loop.call_soon_threadsafe(scheduler_lost)
+                for pid in processes_running("specbatch.openai"):  # the pod's OpenAI front
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGUSR1)
 
         def stubs() -> dict[int, str]:
             return {pid: name for server in tritonserver_pids(port) for pid, name in stubs_of(server).items()}

@@ -11,11 +11,12 @@ It also gives an overload the status clients retry on. Triton's ensemble hands t
 scheduler's UNAVAILABLE to an HTTP client as 400 ("in ensemble 'specbatch', the server
 is overloaded ..."), and a step whose process died as 400 too ("Stub process ... is not
 healthy"); gateways and retrying clients treat a 400 as the client's fault and never
-retry. A 400 whose message is one of those becomes 503 with Retry-After, and a Triton
+retry. A 400 (or the 404 of a model being brought back) whose message says so
+becomes 503 with Retry-After (see specbatch.serving.availability), and a Triton
 that does not answer at all (restarting) is a 503 as well; so is a health check that
 says "not ready" (Triton says 400). Everything else passes through unchanged, streamed
 (`/generate_stream`'s events go out as they come). Requests waiting on a scheduler that
-died are answered here (see held).
+died are answered here (see specbatch.serving.held).
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 
-from specbatch.gateway.held import HeldRequests, waits_on_scheduler
+from specbatch.serving.availability import is_unavailable
+from specbatch.serving.held import HeldRequests
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +41,6 @@ MAX_BODY_CEILING = 4_000_000
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 RETRY_AFTER_S = "1"
 
-# Messages that mean "the server cannot serve this now", whatever status Triton gave them.
-UNAVAILABLE = re.compile(
-    r"the server is overloaded|the server is shutting down|is not healthy|is restarting"
-    r"|graph solver is busy|model instance .* is out of service",
-    re.IGNORECASE,
-)
 # Headers that describe one hop's connection, not the message (RFC 9110 §7.6.1).
 HOP_BY_HOP = frozenset(
     {
@@ -66,6 +61,8 @@ UPSTREAM = web.AppKey("upstream", str)
 MAX_BODY = web.AppKey("max_body", int)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 HELD = web.AppKey("held", HeldRequests)
+# Requests that pass through the scheduler: the ensemble and the scheduler model itself.
+THROUGH_SCHEDULER = ("/v2/models/specbatch/", "/v2/models/scheduler/")
 
 
 def build_app(upstream: str, max_body: int = DEFAULT_MAX_BODY) -> web.Application:
@@ -105,7 +102,7 @@ class _Sink:
 
 async def forward(request: web.Request) -> web.StreamResponse:
     body = await request.read()
-    if not waits_on_scheduler(request.path):
+    if not request.path.startswith(THROUGH_SCHEDULER):
         return await _forward(request, body, _Sink())
     with request.app[HELD].waiting() as failed:
         return await _forward_unless_failed(request, body, failed)
@@ -157,10 +154,10 @@ async def _relay(
         return web.Response(status=503, body=await upstream.read(), headers=headers)
     plain = "Content-Encoding" not in upstream.headers
     events = "text/event-stream" in upstream.headers.get("Content-Type", "")
-    if upstream.status == 400 and plain:
+    if upstream.status in (400, 404) and plain:
         body = await upstream.read()
         message = _event_error(body) if events else _error_message(body)
-        if message is not None and UNAVAILABLE.search(message):
+        if message is not None and is_unavailable(message):
             return _unavailable(message)
         return web.Response(status=upstream.status, body=body, headers=headers)
     first = b""
@@ -169,7 +166,7 @@ async def _relay(
         # event: looked at before the status goes out.
         first = await upstream.content.readany()
         message = _event_error(first)
-        if message is not None and UNAVAILABLE.search(message):
+        if message is not None and is_unavailable(message):
             return _unavailable(message)
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     await response.prepare(request)

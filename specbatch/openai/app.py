@@ -3,15 +3,19 @@
 Every request holds one slot of `max_pending` for its lifetime; past that the front
 answers 503 at once rather than queueing without limit (the scheduler behind it has
 its own admission). A client that disconnects cancels its handler (aiohttp's
-`handler_cancellation`), which closes the upstream stream and frees the rows.
+`handler_cancellation`), which closes the upstream stream and frees the rows. SIGUSR1
+says the scheduler died: every request waiting on it is answered 503 (see
+specbatch.serving.held).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from aiohttp import web
 
@@ -19,6 +23,7 @@ from specbatch.openai.errors import OpenAIError, bad_request
 from specbatch.openai.requests import Call, parse_chat, parse_completion
 from specbatch.openai.responses import Reply
 from specbatch.openai.upstream import Delta, Outcome, TritonUpstream
+from specbatch.serving.held import HeldRequests
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ class Front:
         self.served = tuple(served)
         self.max_pending = max_pending
         self.pending = 0
+        self.held = HeldRequests()
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [_model(name) for name in self.served]})
@@ -68,10 +74,11 @@ class Front:
                 raise OpenAIError(503, "the server is overloaded; retry later", code="overloaded")
             self.pending += 1
             try:
-                upstream = request.app[UPSTREAM]
-                if call.stream:
-                    return await _stream(request, upstream, call)
-                return await _complete(upstream, call)
+                with self.held.waiting() as failed:
+                    events = _unless_failed(request.app[UPSTREAM].run(call), failed)
+                    if call.stream:
+                        return await _stream(request, events, call)
+                    return await _complete(events, call)
             finally:
                 self.pending -= 1
         except OpenAIError as exc:
@@ -80,8 +87,30 @@ class Front:
             return _error(exc)
 
 
-async def _complete(upstream: TritonUpstream, call: Call) -> web.Response:
-    async with contextlib.aclosing(upstream.run(call)) as events:
+async def _unless_failed(
+    events: AsyncIterator[Delta | list[Outcome]], failed: asyncio.Future[str]
+) -> AsyncIterator[Delta | list[Outcome]]:
+    """The pipeline's events until ``failed`` is set (the scheduler died): then a 503."""
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(events))
+            await asyncio.wait({step, failed}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await step
+                raise OpenAIError(503, failed.result(), code="overloaded")
+            try:
+                event = step.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        await events.aclose()
+
+
+async def _complete(events: AsyncIterator[Delta | list[Outcome]], call: Call) -> web.Response:
+    async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, list):
                 _raise_prompt_errors(event)
@@ -89,14 +118,16 @@ async def _complete(upstream: TritonUpstream, call: Call) -> web.Response:
     raise OpenAIError(502, "the pipeline sent no answer")
 
 
-async def _stream(request: web.Request, upstream: TritonUpstream, call: Call) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, events: AsyncIterator[Delta | list[Outcome]], call: Call
+) -> web.StreamResponse:
     """Server-sent events: chunks as text is accepted, each choice's end, usage, `[DONE]`.
 
     The first event is awaited before the response starts, so a request the pipeline
     refuses outright still gets an HTTP error status rather than a stream.
     """
     reply = Reply(call)
-    async with contextlib.aclosing(upstream.run(call)) as events:
+    async with contextlib.aclosing(events):
         event = await anext(events)
         if isinstance(event, list):
             _raise_prompt_errors(event)
@@ -165,5 +196,9 @@ def build_app(grpc_url: str, served: Sequence[str], max_pending: int) -> web.App
         yield
         await app[UPSTREAM].close()
 
+    async def scheduler_lost_signal(app: web.Application) -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, front.held.fail_all)
+
     app.cleanup_ctx.append(channel)
+    app.on_startup.append(scheduler_lost_signal)
     return app

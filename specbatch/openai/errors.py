@@ -7,13 +7,14 @@ server are 503 (retry later), a deadline is 504, anything else about the request
 
 from __future__ import annotations
 
+from specbatch.serving.availability import is_unavailable
+
 _TYPES = {
     400: "invalid_request_error",
     404: "invalid_request_error",
     503: "server_error",
     504: "server_error",
 }
-_OVERLOAD_WORDS = ("overload", "queue is full", "unavailable", "try again later", "not ready")
 
 
 class OpenAIError(Exception):
@@ -43,9 +44,8 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
 
 def from_pipeline(message: str) -> OpenAIError:
     """The HTTP error for an error message the pipeline answered with."""
-    lowered = message.lower()
-    if any(word in lowered for word in _OVERLOAD_WORDS):
+    if is_unavailable(message):
         return OpenAIError(503, message, code="overloaded")
-    if "deadline" in lowered:
+    if "deadline" in message.lower():
         return OpenAIError(504, message, code="deadline_exceeded")
     return OpenAIError(400, message)

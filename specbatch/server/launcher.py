@@ -145,6 +145,7 @@ def serve(
         if front is not None:
             front.start()
             front.wait_ready()
+            process.fronts.append(front)
         print(usage_banner(process, openai_port), flush=True)
         code = keep_running(process, [c for c in (process.gateway, front) if c is not None], received)
     finally:

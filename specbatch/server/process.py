@@ -29,7 +29,7 @@ from pathlib import Path
 from specbatch.lifeline import exit_with_parent_preexec
 from specbatch.server.admin import RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
-from specbatch.server.children import GatewayProcess
+from specbatch.server.children import ChildProcess, GatewayProcess
 from specbatch.server.stubs import ModelRestarts, stubs_of
 from specbatch.server.supervisor import StubSupervisor
 
@@ -145,6 +145,8 @@ class TritonProcess:
         self.installation = installation or find_tritonserver()
         self.process: subprocess.Popen | None = None
         self.gateway = options.gateway()
+        # Told (SIGUSR1) when the scheduler dies, to answer what they have waiting on it.
+        self.fronts: list[ChildProcess] = [self.gateway]
         self.log_path: Path | None = None
         self.supervisor: StubSupervisor | None = None
 
@@ -215,9 +217,11 @@ class TritonProcess:
         return self.supervisor
 
     def _model_died(self, model: str) -> None:
-        """Triton never answers what a dead scheduler held: the gateway answers it (503)."""
-        if model == "scheduler" and self.gateway.running():
-            self.gateway.process.send_signal(signal.SIGUSR1)
+        """Triton never answers what a dead scheduler held: the fronts answer it (503)."""
+        if model == "scheduler":
+            for front in self.fronts:
+                if front.running():
+                    front.process.send_signal(signal.SIGUSR1)
 
     def wait_ready(self, timeout_s: float = 300.0) -> None:
         """Block until /v2/health/ready answers 200 through the gateway; raise with the log

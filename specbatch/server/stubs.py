@@ -52,6 +52,11 @@ def tritonserver_pids(http_port: int) -> tuple[int, ...]:
     )
 
 
+def processes_running(module: str) -> list[int]:
+    """The pids of ``python -m <module>`` processes in sight."""
+    return sorted(pid for pid, (_, argv) in _processes().items() if module.encode() in argv[1:3])
+
+
 class ModelRestarts:
     """Bringing a model back through the repository API (explicit model control)."""
 

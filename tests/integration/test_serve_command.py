@@ -4,6 +4,7 @@ dies; refuses ports in use by name; and stops everything on SIGINT."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from helpers import GRAPH_ANSWER, GRAPH_PROMPT, post_generate, running_rows, stub_pid
+from helpers import GRAPH_ANSWER, GRAPH_PROMPT, INFOBENCH_PROMPT, post_generate, running_rows, stub_pid
 
 from specbatch.server.process import free_port
 
@@ -73,6 +76,17 @@ class Served:
     def completion(self) -> str:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.front}/v1", api_key="unused", max_retries=0)
         return client.completions.create(model="specbatch", prompt=GRAPH_PROMPT, max_tokens=8).choices[0].text
+
+    def long_completion(self) -> tuple[int, str]:
+        """(HTTP status, body) of a long completion through the OpenAI front."""
+        body = json.dumps({"model": "specbatch", "prompt": INFOBENCH_PROMPT, "max_tokens": 400}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.front}/v1/completions", data=body)
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=120) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
 
     def generate(self, max_tokens: int) -> tuple[int, str]:
         return post_generate(f"127.0.0.1:{self.http}", max_tokens)
@@ -158,8 +172,9 @@ def test_a_killed_helper_process_is_started_again(served, marker):
 def test_a_killed_router_or_scheduler_is_brought_back_and_what_it_held_is_answered(served, stub):
     """Requests waiting on the scheduler when it dies are answered (503, retry) within
     seconds, never left to the client's timeout; the step is back within a minute."""
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(6) as pool:
         pending = [pool.submit(served.generate, 400) for _ in range(4)]
+        pending += [pool.submit(served.long_completion) for _ in range(2)]
         deadline = time.monotonic() + 60
         while served.running_rows() < 2:
             assert time.monotonic() < deadline, "the requests never started"

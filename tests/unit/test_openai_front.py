@@ -166,3 +166,46 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
         expected = {"STRING": "BYTES"}.get(declared[name], declared[name])
         assert triton_datatype(array.dtype) == expected, name
         assert array.shape[0] == 1, "one batch entry per request"
+
+
+def test_a_call_waiting_on_a_scheduler_that_died_is_answered_503_and_its_stream_closed():
+    import asyncio
+
+    from specbatch.openai.app import _unless_failed
+    from specbatch.serving.held import HeldRequests
+
+    closed = []
+
+    async def pipeline():
+        try:
+            yield "first"
+            await asyncio.Event().wait()  # the dead scheduler never answers
+        finally:
+            closed.append(True)
+
+    async def scenario():
+        held = HeldRequests()
+        with held.waiting() as failed:
+            events = _unless_failed(pipeline(), failed)
+            assert await anext(events) == "first"
+            waiting = asyncio.ensure_future(anext(events))
+            await asyncio.sleep(0)
+            assert held.fail_all() == 1
+            with pytest.raises(OpenAIError) as refused:
+                await waiting
+        assert refused.value.status == 503 and "scheduler failed" in refused.value.message
+        assert closed == [True] and len(held) == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "in ensemble 'specbatch', Stub process 'router_0_0' is not healthy.",
+        "Request for unknown model: 'scheduler' has no available versions",
+        "the server is overloaded: 9 prompts are queued (limit 8); retry later",
+    ],
+)
+def test_a_step_that_is_down_or_busy_is_a_503(message):
+    assert from_pipeline(message).status == 503

@@ -1,12 +1,14 @@
-"""Requests waiting on the scheduler, answered by the gateway if the scheduler dies.
+"""Requests waiting on the scheduler, answered by the front that took them if it dies.
 
 Triton 2.51 never answers a request that a decoupled model's stub process held when it
-died: the ensemble waits on it for good (measured: the clients waited out their own
-90 s timeout, although the scheduler was unloaded and loaded again within 2 s and
-served new requests). Whatever brings the scheduler back tells the gateway (SIGUSR1 to
-its process), and every HTTP request then waiting on the scheduler is answered 503
-"retry" and its upstream connection dropped. A request that reaches the dead scheduler
-later gets Triton's own error, so nothing is left waiting.
+died: the ensemble (and the scheduler called directly) waits on it for good (measured:
+the clients waited out their own 90 s timeout, although the scheduler was unloaded and
+loaded again within 2 s and served new requests). Whatever brings the scheduler back
+tells the fronts (SIGUSR1 to the gateway's and the OpenAI front's processes), and each
+answers every request it has waiting on the scheduler with 503 "retry" and drops its
+upstream call. A request that reaches the dead scheduler later gets Triton's own
+error, so nothing is left waiting. (A gRPC client of Triton itself has no front of
+ours: its stream waits for its own deadline.)
 """
 
 from __future__ import annotations
@@ -16,12 +18,6 @@ import contextlib
 from collections.abc import Iterator
 
 SCHEDULER_LOST = "the scheduler failed while this request was pending and has been restarted; retry"
-# Requests that pass through the scheduler: the ensemble and the scheduler model itself.
-THROUGH_SCHEDULER = ("/v2/models/specbatch/", "/v2/models/scheduler/")
-
-
-def waits_on_scheduler(path: str) -> bool:
-    return path.startswith(THROUGH_SCHEDULER)
 
 
 class HeldRequests:
