@@ -9,7 +9,7 @@ PROFILE ?= loadtest/profiles/smoke.yaml
 AIPERF_VENV ?= .venv-aiperf
 AIPERF_STAMP := $(AIPERF_VENV)/.aiperf-installed
 
-.PHONY: setup models serve test fuzz lint bench loadtest soak aiperf clean
+.PHONY: setup models serve test fuzz lint bench loadtest soak chaos aiperf clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ loadtest: setup
 # 10 minutes at 0.8x capacity, mixed workload with cancellations and deadlines: lost/duplicate answers, RSS, queue.
 soak: setup
 	$(BIN)/python scripts/soak.py --out results/soak
+
+# Each kind of process killed (and one instance hung) under the mixed workload at 70 % of
+# capacity, under `specbatch serve` and as deploy/ runs tritonserver: what clients saw.
+chaos: setup
+	$(BIN)/python scripts/chaos.py --out results/chaos
 
 bench: setup
 	$(BIN)/python scripts/bench_specdec.py --quick --out results/bench_specdec.json

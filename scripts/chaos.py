@@ -17,9 +17,11 @@ started again, as the kubelet does) — on loopback, with the tiny pair:
 
 Per fault: requests sent, answered ok, answered with an error (by HTTP status, or
 "connection" when the process holding the connection died), never answered (the
-client's own 60 s timeout), seconds until the server is ready again and until it
-serves at full capacity again (both decoding instances connected). Writes JSON, a
-markdown table and a plot; exits 1 if any request was never answered.
+client's own 60 s timeout); and, in seconds after the fault: ready again (from when
+`/v2/health/ready` stays 200; 0 if it never dropped), serving again (the first request
+sent after the fault answered ok), full capacity again (ready, and both decoding
+instances in service). Writes JSON, a markdown table and a plot; exits 1 if any
+request was never answered.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specbatch.lifeline import exit_with_parent_preexec  # noqa: E402
 from specbatch.loadtest.profiles import load_profile  # noqa: E402
 from specbatch.loadtest.prompts import PromptPool, build_prompt_pool  # noqa: E402
 from specbatch.server.children import OpenAIFrontProcess  # noqa: E402
@@ -92,7 +95,12 @@ def start_serve(log: Path) -> Pipeline:
     ]  # fmt: skip
     with open(log, "wb") as output:
         launcher = subprocess.Popen(
-            command, cwd=ROOT, stdout=output, stderr=output, env={**os.environ, **SERVER_ENV}
+            command,
+            cwd=ROOT,
+            stdout=output,
+            stderr=output,
+            env={**os.environ, **SERVER_ENV},
+            preexec_fn=exit_with_parent_preexec,
         )
     deadline = time.monotonic() + 300
     while "specbatch is ready" not in log.read_text(errors="replace"):
@@ -284,33 +292,47 @@ def stub_pid(pipeline: Pipeline, instance: str) -> int:
     return pid
 
 
-async def watch_recovery(
-    pipeline: Pipeline, fault: tuple, before_s: float, limit_s: float, t0: float
-) -> dict:
-    """Inject the fault at ``before_s``; then seconds until ready and serving again, and
-    until every decoding instance is back (full capacity)."""
+async def watch_recovery(pipeline: Pipeline, fault: tuple, args: argparse.Namespace, t0: float) -> dict:
+    """Inject the fault ``args.before`` seconds in, then sample readiness and the decoding
+    instances in service until the window is over and both are back (or the limit)."""
     _, target, signum = fault
-    await asyncio.sleep(max(0.0, before_s - (time.monotonic() - t0)))
+    await asyncio.sleep(max(0.0, args.before - (time.monotonic() - t0)))
     loop = asyncio.get_running_loop()
     pid = await loop.run_in_executor(None, inject, pipeline, target, signum)
     fault_s = time.monotonic() - t0
-    was_unready, ready_s, full_s = False, None, None
-    while time.monotonic() - t0 - fault_s < limit_s and (ready_s is None or full_s is None):
-        is_ready = await loop.run_in_executor(None, ready, pipeline)
-        was_unready |= not is_ready
-        if ready_s is None and is_ready and await loop.run_in_executor(None, serves, pipeline):
-            ready_s = time.monotonic() - t0 - fault_s
-        if (
-            ready_s is not None
-            and full_s is None
-            and await loop.run_in_executor(None, instances_serving, pipeline) >= 2
-        ):
-            full_s = time.monotonic() - t0 - fault_s
+    samples = []  # (seconds after the fault, ready, instances in service)
+    while True:
+        since = time.monotonic() - t0 - fault_s
+        samples.append(
+            (
+                since,
+                await loop.run_in_executor(None, ready, pipeline),
+                await loop.run_in_executor(None, instances_serving, pipeline),
+            )
+        )
+        back = samples[-1][1] and samples[-1][2] >= 2
+        if since >= args.recovery_limit or (back and time.monotonic() - t0 >= args.window):
+            break
         await asyncio.sleep(0.2)
     if signum == signal.SIGSTOP:  # ended by the scheduler; make sure nothing is left stopped
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return {"fault_s": fault_s, "was_unready": was_unready, "ready_s": ready_s, "full_capacity_s": full_s}
+    return {
+        "fault_s": fault_s,
+        "ready_s": _back_after(samples, lambda sample: sample[1]),
+        "full_capacity_s": _back_after(samples, lambda sample: sample[1] and sample[2] >= 2),
+    }
+
+
+def _back_after(samples: list[tuple], good: Callable[[tuple], bool]) -> float | None:
+    """Seconds after the fault from which every sample is good (0: none was bad); None if
+    the last one is still bad."""
+    if not good(samples[-1]):
+        return None
+    bad = [since for since, *_ in (s for s in samples if not good(s))]
+    if not bad:
+        return 0.0
+    return next(s[0] for s in samples if s[0] > bad[-1])
 
 
 def run_fault(pipeline: Pipeline, pool: PromptPool, rate: float, fault: tuple, args, seed: int) -> dict:
@@ -321,9 +343,12 @@ def run_fault(pipeline: Pipeline, pool: PromptPool, rate: float, fault: tuple, a
             rate,
             args.window,
             seed,
-            during=lambda t0: watch_recovery(pipeline, fault, args.before, args.recovery_limit, t0),
+            during=lambda t0: watch_recovery(pipeline, fault, args, t0),
         )
     )
+    fault_s = recovery["fault_s"]
+    after = [r["end_s"] - fault_s for r in records if r["outcome"] == "ok" and r["sent_s"] > fault_s]
+    recovery["serving_s"] = min(after) if after else None
     outcomes = Counter(r["outcome"] for r in records)
     errors = {k: v for k, v in outcomes.items() if k not in ("ok", "never")}
     row = {
@@ -338,9 +363,10 @@ def run_fault(pipeline: Pipeline, pool: PromptPool, rate: float, fault: tuple, a
         "records": records,
     }
     logger.info(
-        "%s / %s: %d sent, %d ok, %d errors %s, %d never answered; ready again %s s, full capacity %s s",
+        "%s / %s: %d sent, %d ok, %d errors %s, %d never answered; "
+        "ready %s s, serving %s s, full capacity %s s after the fault",
         pipeline.launcher, fault[0], row["sent"], row["ok"], row["errors"], errors, row["never"],
-        _fmt(recovery["ready_s"]), _fmt(recovery["full_capacity_s"]),
+        _fmt(recovery["ready_s"]), _fmt(recovery["serving_s"]), _fmt(recovery["full_capacity_s"]),
     )  # fmt: skip
     return row
 
@@ -357,14 +383,15 @@ def markdown(rows: list[dict], header: str) -> str:
         header,
         "",
         "| launcher | fault | sent | ok | errors (kind: count) | never answered "
-        "| ready again (s) | full capacity (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| ready again (s) | serving again (s) | full capacity (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         kinds = ", ".join(f"{k}: {v}" for k, v in sorted(row["error_kinds"].items())) or "-"
         lines.append(
             f"| {row['launcher']} | {row['fault']} | {row['sent']} | {row['ok']} | {row['errors']} ({kinds}) "
-            f"| {row['never']} | {_fmt(row['ready_s'])} | {_fmt(row['full_capacity_s'])} |"
+            f"| {row['never']} | {_fmt(row['ready_s'])} | {_fmt(row['serving_s'])} "
+            f"| {_fmt(row['full_capacity_s'])} |"
         )
     return "\n".join(lines)
 

@@ -20,12 +20,15 @@ import sys
 
 _PR_SET_PDEATHSIG = 1
 POLL_S = 0.5
+# Looked up once, here: between fork and exec the child only calls it (no dlopen there,
+# whose lock another thread of the parent may have held at the fork).
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def exit_with_parent_preexec() -> None:
     """For ``subprocess.Popen(preexec_fn=...)``: SIGTERM this child when its parent dies."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def _alive(pid: int) -> str:
@@ -38,9 +41,14 @@ def exit_with_parent(what: str = "this process") -> subprocess.Popen:
     the parent is then init), this process is ended at once with SIGKILL. The watcher
     exits with this process."""
     parent, me = os.getppid(), os.getpid()
+    # Its own session, deaf to the signals a shutdown sends this process's group: it must
+    # outlive its parent's last act to do its job.
     script = (
+        "trap '' TERM INT HUP; "
         f"[ {parent} -ne 1 ] && while {_alive(parent)} && {_alive(me)}; do sleep {POLL_S}; done; "
         f'if {_alive(me)}; then echo "the parent process {parent} of {what} is gone: ending it" >&2; '
         f"kill -9 {me}; fi"
     )
-    return subprocess.Popen(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+    )

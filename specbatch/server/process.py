@@ -163,8 +163,9 @@ class TritonProcess:
         return f"http://127.0.0.1:{self.options.ports.metrics}/metrics"
 
     def repository(self) -> RepositoryClient:
-        """The model-repository API of this server, with its admin key."""
-        return RepositoryClient(self.http_url, self.options.admin_key)
+        """The model-repository API of this server (on Triton's own loopback port, so it
+        works whatever the gateway is doing), with its admin key."""
+        return RepositoryClient(f"127.0.0.1:{self.options.triton_http_port}", self.options.admin_key)
 
     def start(self, log_path: Path | None = None) -> None:
         """Launch the server and its gateway; their output goes to `log_path` (else inherited).

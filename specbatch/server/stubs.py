@@ -8,7 +8,6 @@ process namespace and finds tritonserver by its command line.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 from specbatch.server.admin import RepositoryClient
@@ -62,15 +61,16 @@ class ModelRestarts:
 
     def __init__(self, repository: RepositoryClient) -> None:
         self._repository = repository
-        self._generation = itertools.count(1)
 
     def reload(self, model: str) -> None:
         """A new set of instances; the old set is retired once the new one is ready. Triton
         does nothing for a load of a loaded model with the same configuration, so the
-        configuration it reloads with carries a new restart generation."""
+        configuration it reloads with carries the next restart generation (counted in the
+        configuration itself: whoever reloads next, even a restarted watcher, goes on)."""
         config = self._repository.config(model)
-        generation = {"string_value": str(next(self._generation))}
-        config.setdefault("parameters", {})["restart_generation"] = generation
+        parameters = config.setdefault("parameters", {})
+        current = parameters.get("restart_generation", {}).get("string_value", "0")
+        parameters["restart_generation"] = {"string_value": str(int(current) + 1)}
         self._repository.load(model, config)
 
     def ready_models(self) -> set[str]:

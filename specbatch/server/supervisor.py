@@ -133,14 +133,18 @@ class StubSupervisor:
         started = time.monotonic()
         try:
             (self._reload if survivors else self._restart)(model)
+            new = {
+                pid: name
+                for pid, name in self._stubs().items()
+                if model_of(name) == model and pid not in before
+            }
+            if not new:
+                raise RuntimeError(f"Triton loaded {model} but started no new process for it")
             self._not_before.pop(model, None)
         except Exception:
             logger.exception("bringing back %s failed; retrying in %.0f s", model, self._retry_s)
             self._not_before[model] = time.monotonic() + self._retry_s
             return
-        new = {
-            pid: name for pid, name in self._stubs().items() if model_of(name) == model and pid not in before
-        }
         # The model's new stubs are expected from now on; its old ones may leave quietly.
         self._retiring |= {pid for pid, name in before.items() if model_of(name) == model}
         self._expected = {pid: name for pid, name in self._expected.items() if model_of(name) != model}

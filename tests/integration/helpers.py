@@ -183,3 +183,19 @@ def stub_pid(triton_pid: int, instance: str) -> int:
 
     [pid] = [pid for pid, name in stubs_of(triton_pid).items() if name == instance]
     return pid
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (stubs, their solver workers and watchers, ...)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import post_generate, running_rows, running_server, stub_pid
+from helpers import descendants, post_generate, running_rows, running_server, stub_pid
 
 from specbatch.server.process import TritonProcess
 
@@ -83,22 +83,6 @@ def test_a_killed_instance_is_back_and_both_serve_again(pod):
         return {json.loads(body)["model_instance"] for status, body in answers if status == 200} == INSTANCES
 
     until(both_serve, "both instances to serve", FULL_CAPACITY_S)
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (stubs, their solver workers and watchers)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def test_a_killed_tritonserver_leaves_no_process_behind(pod):

@@ -4,6 +4,8 @@ process, and never act on the stubs it started."""
 
 from __future__ import annotations
 
+import json
+
 from specbatch.server.supervisor import StubSupervisor, model_of
 
 
@@ -140,3 +142,35 @@ def test_a_restarted_tritonserver_loads_its_models_itself_and_its_stubs_are_lear
     del server.stubs[43]
     supervisor.check()
     assert server.calls == [("restart", "scheduler")]
+
+
+def test_a_reload_carries_the_next_restart_generation_of_the_loaded_configuration() -> None:
+    from specbatch.server.stubs import ModelRestarts
+
+    class Repository:
+        def __init__(self) -> None:
+            self.loaded = {"name": "m", "parameters": {"restart_generation": {"string_value": "4"}}}
+
+        def config(self, model: str) -> dict:
+            return json.loads(json.dumps(self.loaded))
+
+        def load(self, model: str, config: dict) -> None:
+            self.loaded = config
+
+    repository = Repository()
+    ModelRestarts(repository).reload("m")  # e.g. a watcher that was itself restarted
+    ModelRestarts(repository).reload("m")
+    assert repository.loaded["parameters"]["restart_generation"] == {"string_value": "6"}
+
+
+def test_a_load_that_starts_no_new_process_is_a_failure_and_retried() -> None:
+    server = FakeServer()
+    supervisor = server.supervisor()
+    started = server._new_set
+    server._new_set = lambda model: None  # Triton took the load as a no-op
+    del server.stubs[11]
+    supervisor.check()
+    assert supervisor.restarts == 0
+    server._new_set = started
+    supervisor.check()
+    assert supervisor.restarts == 1 and server.calls[-2:] == [("reload", "m"), ("reload", "m")]
