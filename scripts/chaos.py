@@ -11,9 +11,10 @@ started again, as the kubelet does) — on loopback, with the tiny pair:
    second it completes are 100 %;
 2. for each fault in turn, Poisson arrivals at ``--load`` of that capacity for
    ``--window`` seconds, the fault injected ``--before`` seconds in: ``kill -9`` of a
-   decoding instance, the scheduler, the router, the OpenAI front, the gateway, and
-   SIGSTOP of a decoding instance (a hang, found after SPECBATCH_INSTANCE_HANG_MS,
-   5 s here). A tenth of the requests go through the OpenAI front instead.
+   decoding instance, the scheduler, the router, the OpenAI front, the gateway, SIGSTOP
+   of a decoding instance (a hang, found after SPECBATCH_INSTANCE_HANG_MS, 5 s here),
+   and ``kill -9`` of tritonserver itself. A tenth of the requests go through the OpenAI
+   front instead.
 
 Per fault: requests sent, answered ok, answered with an error (by HTTP status, or
 "connection" when the process holding the connection died), never answered (the
@@ -69,6 +70,7 @@ FAULTS = [
     ("kill -9 OpenAI front", "front", signal.SIGKILL),
     ("kill -9 gateway", "gateway", signal.SIGKILL),
     ("SIGSTOP instance (hang)", "qwen3_specdec_0_0", signal.SIGSTOP),
+    ("kill -9 tritonserver", "tritonserver", signal.SIGKILL),
 ]
 SERVER_ENV = {"SPECBATCH_INSTANCE_HANG_MS": "5000"}
 
@@ -282,7 +284,12 @@ def serves(pipeline: Pipeline) -> bool:
 
 
 def inject(pipeline: Pipeline, target: str, signum: int) -> int:
-    pid = pipeline.helper_pid(target) if target in ("front", "gateway") else stub_pid(pipeline, target)
+    if target == "tritonserver":
+        pid = pipeline.triton_pid()
+    elif target in ("front", "gateway"):
+        pid = pipeline.helper_pid(target)
+    else:
+        pid = stub_pid(pipeline, target)
     os.kill(pid, signum)
     return pid
 

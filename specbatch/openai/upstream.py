@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -99,6 +100,10 @@ class TritonUpstream:
             raise OpenAIError(502, "the pipeline closed the stream without a final response")
         except InferenceServerException as exc:
             raise _transport_error(exc) from None
+        except grpc.RpcError as exc:  # the stream broke: tritonserver went away mid-request
+            raise OpenAIError(
+                503, f"the inference server is unavailable: {exc}", code="unavailable"
+            ) from None
         finally:
             if not finished:
                 responses.cancel()
@@ -111,6 +116,10 @@ class TritonUpstream:
             result = await self._client.infer(self._router, [text], outputs=outputs)
         except InferenceServerException as exc:
             raise _transport_error(exc) from None
+        except grpc.RpcError as exc:  # the stream broke: tritonserver went away mid-request
+            raise OpenAIError(
+                503, f"the inference server is unavailable: {exc}", code="unavailable"
+            ) from None
         return {name: result.as_numpy(name) for name in ROUTER_OUTPUTS}
 
     def _scheduler_request(self, call: Call, routed: dict[str, np.ndarray]) -> dict:

@@ -88,15 +88,26 @@ def usage_banner(
     )
 
 
+RESTART_BACKOFF_S = 10.0
+
+
 def keep_running(
     process: TritonProcess, helpers: list[ChildProcess], stopping: list[int], poll_s: float = 0.5
 ) -> int:
-    """Wait for tritonserver to exit, starting again any helper process (the gateway, the
-    OpenAI front) that dies meanwhile; tritonserver's exit code."""
+    """Until a signal asks to stop: start again tritonserver (it can die of a fault of its
+    own, e.g. Triton 2.51 aborts when a stub is killed inside its IPC) and any helper
+    process (the gateway, the OpenAI front) that dies; then tritonserver's exit code."""
     assert process.process is not None
-    while (code := process.process.poll()) is None:
+    next_restart_s = 0.0
+    while (code := process.process.poll()) is None or not stopping:
+        if stopping:
+            time.sleep(poll_s)
+            continue
+        if code is not None and time.monotonic() >= next_restart_s:
+            next_restart_s = time.monotonic() + RESTART_BACKOFF_S  # no faster than this in a crash loop
+            process.restart_triton()
         for helper in helpers:
-            if not helper.running() and not stopping:
+            if not helper.running():
                 logger.error("%s exited with %s: starting it again", helper.what, helper.process.returncode)
                 helper.start(helper.log_path)
         time.sleep(poll_s)

@@ -174,7 +174,20 @@ class TritonProcess:
         """
         options = self.options
         check_ports_free(options.host, options.ports.named())
-        inner = {"Triton HTTP": options.triton_http_port, "Triton metrics": options.triton_metrics_port}
+        self._start_triton(log_path)
+        self.gateway.start(log_path)
+
+    def restart_triton(self) -> None:
+        """Start tritonserver again after it died (the gateway, the fronts and the ports
+        stay); the supervisor learns the new server's stubs."""
+        logger.error("tritonserver exited with %s: starting it again", self._returncode())
+        self._start_triton(self.log_path)
+
+    def _start_triton(self, log_path: Path | None) -> None:
+        inner = {
+            "Triton HTTP": self.options.triton_http_port,
+            "Triton metrics": self.options.triton_metrics_port,
+        }
         check_ports_free("127.0.0.1", inner)
         command = self.installation.command(*self.options.arguments())
         env = self.installation.environment()
@@ -192,7 +205,6 @@ class TritonProcess:
         )
         if output:
             output.close()
-        self.gateway.start(log_path)
 
     def stub_pids(self) -> dict[str, int]:
         """{model instance name: pid} of the server's Python backend stub processes (one per
@@ -211,6 +223,7 @@ class TritonProcess:
             restarts.reload,
             restarts.restart,
             on_death=self._model_died,
+            server=lambda: None if self.process is None else self.process.pid,
             ready_models=restarts.ready_models,
         )
         self.supervisor.check()

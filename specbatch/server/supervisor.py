@@ -118,7 +118,10 @@ class StubSupervisor:
         }
         if not unknown:
             return
-        ready = None if self._ready_models is None else self._ready_models()
+        try:
+            ready = None if self._ready_models is None else self._ready_models()
+        except Exception:  # the server is not answering yet: learn them at a later look
+            return
         self._expected.update(
             (pid, name) for pid, name in unknown.items() if ready is None or model_of(name) in ready
         )

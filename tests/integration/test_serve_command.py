@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 # /proc/net/tcp{,6} local addresses of 127.0.0.1, ::ffff:127.0.0.1 and ::1.
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
-BACK_S = 60  # a helper or a router / scheduler is back well within this
+BACK_S = 90  # a helper, router or scheduler is back well within this; tritonserver too
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -199,6 +199,11 @@ def test_a_killed_router_or_scheduler_is_brought_back_and_what_it_held_is_answer
     until_back(served, f"killing {stub}")
     status, body = served.generate(8)
     assert status == 200, body
+
+
+def test_a_killed_tritonserver_is_started_again(served):
+    os.kill(served.triton(), signal.SIGKILL)
+    until_back(served, "killing tritonserver")
 
 
 def test_sigint_stops_every_process(served):
