@@ -90,15 +90,17 @@ class Front:
 async def _unless_failed(
     events: AsyncIterator[Delta | list[Outcome]], failed: asyncio.Future[str]
 ) -> AsyncIterator[Delta | list[Outcome]]:
-    """The pipeline's events until ``failed`` is set (the scheduler died): then a 503."""
+    """The pipeline's events until ``failed`` is set (the scheduler died): then a 503.
+
+    However it ends (a 503, the client gone and the handler cancelled), the pending read
+    is cancelled first, which ends the upstream call (and frees its rows), and only then
+    is the upstream iterator closed (an iterator being read cannot be closed)."""
+    step: asyncio.Future | None = None
     try:
         while True:
             step = asyncio.ensure_future(anext(events))
             await asyncio.wait({step, failed}, return_when=asyncio.FIRST_COMPLETED)
             if not step.done():
-                step.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await step
                 raise OpenAIError(503, failed.result(), code="overloaded")
             try:
                 event = step.result()
@@ -106,6 +108,10 @@ async def _unless_failed(
                 return
             yield event
     finally:
+        if step is not None and not step.done():
+            step.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await step
         await events.aclose()
 
 

@@ -199,6 +199,39 @@ def test_a_call_waiting_on_a_scheduler_that_died_is_answered_503_and_its_stream_
     asyncio.run(scenario())
 
 
+def test_a_client_that_leaves_while_the_pipeline_is_read_ends_the_upstream_call():
+    import asyncio
+
+    from specbatch.openai.app import _unless_failed
+    from specbatch.serving.held import HeldRequests
+
+    closed = []
+
+    async def pipeline():
+        try:
+            yield "first"
+            await asyncio.Event().wait()
+        finally:
+            closed.append(True)  # upstream.run cancels the gRPC stream here
+
+    async def consume(events) -> None:
+        async for _ in events:
+            pass
+
+    async def scenario():
+        with HeldRequests().waiting() as failed:
+            handler = asyncio.ensure_future(consume(_unless_failed(pipeline(), failed)))
+            while not handler.done() and not closed:
+                await asyncio.sleep(0.01)
+                if not handler.done():
+                    handler.cancel()  # aiohttp cancels the handler of a client that left
+            with pytest.raises(asyncio.CancelledError):
+                await handler
+        assert closed == [True]
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize(
     "message",
     [
