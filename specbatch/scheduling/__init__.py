@@ -1,42 +1,40 @@
-"""Multi-bin, memory- and SLA-aware dynamic batching: the policy core and its simulator.
+"""What the server's scheduler runs: admission control over continuous-batching instances.
 
-The policy (``SchedulingPolicy``) is pure Python and clock-agnostic; the Triton scheduler
-model drives it on the wall clock and ``specbatch.scheduling.simulate`` on a virtual one.
+The Triton scheduler model (``specbatch.serving.scheduler``) uses what this package exports:
+``AdmissionPolicy`` and ``AdmissionConfig`` (``admission``) decide whom to start on which
+instance, how many rows it may run and when to refuse (``QueueFullError``); instances report
+their state as ``InstanceLoad`` (``load``); prompts wait as ``QueuedRequest`` (``requests``).
+The policy is built from length bins (``bins``) and b_SLA with running statistics
+(``dynamic``), and raises the errors exported here (``errors``).
+
+Beside it, never loaded by the server:
+
+- ``simulate``: a step-level simulator that runs this same ``AdmissionPolicy`` on a virtual
+  clock, and the command line of every scheduling experiment;
+- ``static``: the batch-level policy of the source papers (an idle worker takes a whole batch)
+  and the discrete-event simulator that evaluates it.
 """
 
-from specbatch.scheduling.bins import BinBoundaries, BinQueues, equal_mass_cuts, equally_spaced_cuts
-from specbatch.scheduling.config import PolicyConfig
-from specbatch.scheduling.dynamic import MemoryBound, RunningStats, SlaBatchController, memory_batch_size
+from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy, QueueFullError
 from specbatch.scheduling.errors import (
     DuplicateRequestError,
-    InvalidRequestError,
+    InvalidPolicyInputError,
     PolicyConfigError,
     SchedulingError,
-    SimulationConfigError,
     UnknownWorkerError,
-    WorkerStateError,
 )
-from specbatch.scheduling.policy import SchedulingPolicy
-from specbatch.scheduling.requests import Batch, QueuedRequest
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.requests import QueuedRequest
 
 __all__ = [
-    "Batch",
-    "BinBoundaries",
-    "BinQueues",
+    "AdmissionConfig",
+    "AdmissionPolicy",
     "DuplicateRequestError",
-    "InvalidRequestError",
-    "MemoryBound",
-    "PolicyConfig",
+    "InstanceLoad",
+    "InvalidPolicyInputError",
     "PolicyConfigError",
+    "QueueFullError",
     "QueuedRequest",
-    "RunningStats",
     "SchedulingError",
-    "SchedulingPolicy",
-    "SimulationConfigError",
-    "SlaBatchController",
     "UnknownWorkerError",
-    "WorkerStateError",
-    "equal_mass_cuts",
-    "equally_spaced_cuts",
-    "memory_batch_size",
 ]

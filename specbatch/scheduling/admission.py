@@ -121,11 +121,11 @@ class AdmissionPolicy:
             depths[bin_index] += 1
         return depths
 
-    def submit(self, request: QueuedRequest) -> None:
+    def enqueue(self, request: QueuedRequest) -> None:
         """Queue a prompt, or raise QueueFullError at once when the queue is at its bound."""
-        self.submit_all([request])
+        self.enqueue_all([request])
 
-    def submit_all(self, requests: list[QueuedRequest]) -> None:
+    def enqueue_all(self, requests: list[QueuedRequest]) -> None:
         """Queue all of one request's prompts, or none (QueueFullError) when they do not fit."""
         for request in requests:
             if request.request_id in self._queued:
@@ -140,6 +140,11 @@ class AdmissionPolicy:
             self._bins.observe(request.predicted_tokens)
             self._predicted.add(request.predicted_tokens)
             self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
+
+    def bin_of(self, request_id: Hashable) -> int | None:
+        """The length bin a queued prompt waits in (None when it is not queued)."""
+        entry = self._queued.get(request_id)
+        return None if entry is None else entry[0]
 
     def queue_bound(self) -> int:
         """How many prompts may wait now: ``queue_seconds`` of estimated capacity."""

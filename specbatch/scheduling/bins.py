@@ -1,18 +1,16 @@
-"""The multi-bin layer: where bin edges lie, and one FIFO queue per bin.
+"""Length bins: where the edges between bins of predicted output length lie.
 
-Binning pays because a batch lasts as long as its longest member (Guldogan et al. 2024):
-grouping similar predicted lengths shrinks the gap between the mean and the max of a batch.
+The admission policy files every queued prompt in a bin and reports the queue depth per
+bin. The static batch-level policy (``specbatch.scheduling.static``) batches within a bin,
+which pays because a static batch lasts as long as its longest member (Guldogan et al.
+2024): similar predicted lengths together shrink the gap between a batch's mean and max.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterator, Sequence
-
-from specbatch.scheduling.config import PolicyConfig
-from specbatch.scheduling.requests import QueuedRequest
+from collections import deque
+from collections.abc import Sequence
 
 
 def equally_spaced_cuts(num_bins: int, low: float, high: float) -> list[float]:
@@ -64,18 +62,6 @@ class BinBoundaries:
         else:
             self._cuts = equally_spaced_cuts(num_bins, low, high)
 
-    @classmethod
-    def from_config(cls, config: PolicyConfig) -> BinBoundaries:
-        return cls(
-            config.num_bins,
-            config.boundaries,
-            low=config.min_len,
-            high=config.max_len,
-            window=config.boundary_window,
-            refresh_every=config.boundary_refresh_every,
-            min_samples=config.boundary_min_samples,
-        )
-
     @property
     def cuts(self) -> list[float]:
         """Current interior cut points (ascending, ``num_bins - 1`` of them)."""
@@ -94,46 +80,3 @@ class BinBoundaries:
     def assign(self, predicted_tokens: float) -> int:
         """Bin i holds predictions in [cut[i-1], cut[i]); the last bin is open above."""
         return bisect.bisect_right(self._cuts, predicted_tokens)
-
-
-class BinQueues:
-    """One FIFO queue per bin, with O(1) removal by id (cancel, expiry)."""
-
-    def __init__(self, num_bins: int) -> None:
-        self._queues: list[OrderedDict[Hashable, QueuedRequest]] = [OrderedDict() for _ in range(num_bins)]
-
-    def __len__(self) -> int:
-        return sum(len(q) for q in self._queues)
-
-    def depth(self, bin_index: int) -> int:
-        return len(self._queues[bin_index])
-
-    def depths(self) -> list[int]:
-        return [len(q) for q in self._queues]
-
-    def head(self, bin_index: int) -> QueuedRequest | None:
-        queue = self._queues[bin_index]
-        return next(iter(queue.values())) if queue else None
-
-    def get(self, bin_index: int, request_id: Hashable) -> QueuedRequest:
-        return self._queues[bin_index][request_id]
-
-    def push(self, bin_index: int, request: QueuedRequest) -> None:
-        self._queues[bin_index][request.request_id] = request
-
-    def peek(self, bin_index: int, count: int) -> list[QueuedRequest]:
-        """The first ``count`` requests of a bin, left in place (candidates for a batch)."""
-        return list(itertools.islice(self._queues[bin_index].values(), count))
-
-    def pop_front(self, bin_index: int, count: int) -> list[QueuedRequest]:
-        queue = self._queues[bin_index]
-        taken = []
-        for _ in range(min(count, len(queue))):
-            taken.append(queue.popitem(last=False)[1])
-        return taken
-
-    def remove(self, bin_index: int, request_id: Hashable) -> QueuedRequest | None:
-        return self._queues[bin_index].pop(request_id, None)
-
-    def nonempty(self) -> Iterator[int]:
-        return (i for i, q in enumerate(self._queues) if q)

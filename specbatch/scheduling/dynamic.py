@@ -1,10 +1,9 @@
-"""Dynamic batch size (Pang et al. 2025): b_mem from free KV memory, b_SLA from measured latency.
+"""b_SLA and running statistics: the measured-feedback half of dynamic batching (Pang et al. 2025).
 
-Algorithm 1 (memory): the KV tokens a batch of b requests needs is a sum of b independent
-per-request totals l_in + l_out; by the CLT it is about N(b·μ, b·σ²). Keeping the overflow
-probability below ε_M means b·μ + θ·σ·√b ≤ η with θ = Φ⁻¹(1 − ε_M), i.e.
-b_mem = ⌊(η − L0)/μ⌋ with the safety margin L0 = θ·σ·√b_mem. The largest such b is found
-exactly from the quadratic in √b.
+The admission policy keeps one SlaBatchController per instance and RunningStats of its
+length predictions and their errors (for its b_mem margin); the static batch-level policy
+(``specbatch.scheduling.static``) keeps one controller per worker and RunningStats of the
+KV tokens per request.
 
 Algorithm 2 (SLA): a binary search over [b_low, b_high] steered by the moving average D̄ of
 measured seconds per decoded token. D̄ above D_SLA + ε_D caps b_high at the size that was too
@@ -17,10 +16,7 @@ low latency) does not wind b_SLA up to sizes it never measured.
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from dataclasses import dataclass
-from statistics import NormalDist
 
 
 class RunningStats:
@@ -41,45 +37,6 @@ class RunningStats:
     def variance(self) -> float:
         """Sample variance; 0 until two samples are seen."""
         return self._m2 / (self.count - 1) if self.count > 1 else 0.0
-
-
-@dataclass(frozen=True)
-class MemoryBound:
-    """Result of Algorithm 1: the batch size and the CLT margin L0 (tokens) it reserved."""
-
-    b_mem: int
-    margin_tokens: float
-
-
-def memory_batch_size(
-    free_kv_tokens: float,
-    mean_tokens: float,
-    variance_tokens: float,
-    eps_mem: float,
-    b_min: int,
-    b_max: int,
-) -> MemoryBound:
-    """b_mem = ⌊(η − L0)/(E[l_in] + E[l_out])⌋ clamped to [b_min, b_max] (Algorithm 1).
-
-    ``mean_tokens``/``variance_tokens`` are the running statistics of l_in + l_out per request.
-    """
-    if mean_tokens <= 0:
-        return MemoryBound(b_max, 0.0)
-    theta = NormalDist().inv_cdf(1.0 - eps_mem)
-    sigma = math.sqrt(max(variance_tokens, 0.0))
-
-    def fits(b: int) -> bool:
-        return b * mean_tokens + theta * sigma * math.sqrt(b) <= free_kv_tokens
-
-    capacity = max(free_kv_tokens, 0.0)
-    root = -theta * sigma + math.sqrt((theta * sigma) ** 2 + 4.0 * mean_tokens * capacity)
-    b = max(0, math.floor((root / (2.0 * mean_tokens)) ** 2))
-    while fits(b + 1):
-        b += 1
-    while b > 0 and not fits(b):
-        b -= 1
-    clamped = min(max(b, b_min), b_max)
-    return MemoryBound(clamped, theta * sigma * math.sqrt(b))
 
 
 class SlaBatchController:

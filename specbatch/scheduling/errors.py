@@ -1,7 +1,8 @@
-"""Errors the scheduling layer raises.
+"""Errors the admission policy and its building blocks raise.
 
 All of them subclass ValueError so callers that only guard against bad input
-(``except ValueError``) still catch them, while the message names the mistake.
+(``except ValueError``) still catch them, while the message names the mistake. The static
+batch-level policy adds its own two in ``specbatch.scheduling.static.errors``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ class SchedulingError(ValueError):
 
 
 class PolicyConfigError(SchedulingError):
-    """A PolicyConfig field is out of range or contradicts another field."""
+    """A policy configuration field (AdmissionConfig, or the static PolicyConfig) is out of range
+    or contradicts another field."""
 
 
-class InvalidRequestError(SchedulingError):
-    """A QueuedRequest carries values no request can have (negative tokens, NaN times)."""
+class InvalidPolicyInputError(SchedulingError):
+    """A QueuedRequest, or a worker's report to a policy, carries values no request or report
+    can have (negative tokens, NaN times)."""
 
 
 class DuplicateRequestError(SchedulingError):
@@ -24,13 +27,4 @@ class DuplicateRequestError(SchedulingError):
 
 
 class UnknownWorkerError(SchedulingError):
-    """A worker id the policy was not constructed with."""
-
-
-class WorkerStateError(SchedulingError):
-    """A worker event out of order: a batch asked for while one is in flight, or feedback for a
-    batch that worker is not running."""
-
-
-class SimulationConfigError(SchedulingError):
-    """A simulator or workload parameter is out of range."""
+    """An instance or worker id the policy does not know."""

@@ -1,42 +1,8 @@
-"""Discrete-event simulator for the scheduling policy, and the experiments that reproduce the papers."""
+"""Simulation of scheduling on a virtual clock, and the command line of every scheduling experiment.
 
-from specbatch.scheduling.simulate.engine import BatchRecord, ClusterConfig, SimulationResult, Simulator
-from specbatch.scheduling.simulate.metrics import BinMetrics, SimulationMetrics
-from specbatch.scheduling.simulate.service import ServiceTimeModel
-from specbatch.scheduling.simulate.theory import max_multibin_throughput, theoretical_multibin_throughput
-from specbatch.scheduling.simulate.workload import (
-    BinConfusionPredictor,
-    EmpiricalLengths,
-    GammaLengths,
-    NoisyPredictor,
-    OnOffArrivals,
-    OraclePredictor,
-    PoissonArrivals,
-    StepArrivals,
-    UniformLengths,
-    Workload,
-    make_workload,
-)
-
-__all__ = [
-    "BatchRecord",
-    "BinConfusionPredictor",
-    "BinMetrics",
-    "ClusterConfig",
-    "EmpiricalLengths",
-    "GammaLengths",
-    "NoisyPredictor",
-    "OnOffArrivals",
-    "OraclePredictor",
-    "PoissonArrivals",
-    "ServiceTimeModel",
-    "SimulationMetrics",
-    "SimulationResult",
-    "Simulator",
-    "StepArrivals",
-    "UniformLengths",
-    "Workload",
-    "make_workload",
-    "max_multibin_throughput",
-    "theoretical_multibin_throughput",
-]
+``continuous`` runs the admission policy the server runs (``specbatch.scheduling.admission``)
+over simulated continuous-batching instances, step by step; the ``continuous_admission``
+experiment compares its least-slack order with first come, first served.
+``python -m specbatch.scheduling.simulate`` also runs the experiments of the static
+batch-level policy, whose discrete-event simulator is ``specbatch.scheduling.static.simulate``.
+"""

@@ -15,7 +15,7 @@ from specbatch.scheduling.simulate.experiments import EXPERIMENTS, run_experimen
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m specbatch.scheduling.simulate",
-        description="Run scheduling experiments in the discrete-event simulator; writes JSON and PNGs.",
+        description="Run scheduling experiments in the simulators; writes JSON and PNGs.",
     )
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     parser.add_argument("--out", type=Path, required=True, help="directory for the JSON and PNG files")

@@ -1,11 +1,12 @@
 """A step-level simulator of continuous-batching instances under an admission policy.
 
-Where the static simulator charges a whole batch for its longest member, here a row
-costs a step: every instance runs steps back to back while it has rows, each step
-lasting ``base + per_row × rows + per_prefill_token × prompt tokens started`` and
-giving every running row one token. Rows join and leave at step boundaries. After
-every step the instance reports its load to the same `AdmissionPolicy` object the
-server runs, on a virtual clock, and the policy decides who starts next.
+Where the static policy's simulator (``specbatch.scheduling.static.simulate``) charges a
+whole batch for its longest member, here a row costs a step: every instance runs steps
+back to back while it has rows, each step lasting
+``base + per_row × rows + per_prefill_token × prompt tokens started`` and giving every
+running row one token. Rows join and leave at step boundaries. After every step the
+instance reports its load to the same `AdmissionPolicy` object the server runs, on a
+virtual clock, and the policy decides who starts next.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ class ContinuousSimulator:
                     deadline_s=request.deadline_s,
                 )
                 try:
-                    policy.submit(queued)
+                    policy.enqueue(queued)
                 except QueueFullError:
                     outcomes[subject].status = "rejected"
                     continue

@@ -1,24 +1,16 @@
-"""The experiments the CLI runs by name; each writes JSON and PNGs into the output directory."""
+"""Every experiment the command line runs by name; each writes JSON and PNGs into the output directory."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from specbatch.scheduling.simulate.experiments import (
-    continuous_admission,
-    dynamic_vs_static,
-    figure6,
-    policy_comparison,
-    theorem42,
-)
-from specbatch.scheduling.simulate.experiments.common import ExperimentOutput
+from specbatch.scheduling.simulate.experiments import continuous_admission
+from specbatch.scheduling.static.simulate.experiments import STATIC_EXPERIMENTS
+from specbatch.scheduling.static.simulate.report import ExperimentOutput
 
 EXPERIMENTS: dict[str, Callable[..., ExperimentOutput]] = {
-    "theorem42": theorem42.run,
-    "figure6": figure6.run,
-    "dynamic_vs_static": dynamic_vs_static.run,
-    "policy_comparison": policy_comparison.run,
+    **STATIC_EXPERIMENTS,
     "continuous_admission": continuous_admission.run,
 }
 

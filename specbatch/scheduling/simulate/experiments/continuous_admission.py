@@ -1,6 +1,6 @@
 """Admission over continuous-batching instances: least slack vs first come, by offered load.
 
-The step-level simulator (`simulate.continuous`) runs the server's own `AdmissionPolicy`
+The step-level simulator (`specbatch.scheduling.simulate.continuous`) runs the server's own `AdmissionPolicy`
 over two instances: the same Poisson arrivals (gamma output lengths, predictions off
 by ±30 %) at 0.5–1.5× the instances' capacity, once with the scheduler's least-slack
 admission (bins, min(b_mem, b_SLA), capacity-sized queue) and once first-come
@@ -24,7 +24,12 @@ from specbatch.scheduling.simulate.continuous import (
     StepCosts,
     goodput,
 )
-from specbatch.scheduling.simulate.experiments.common import ExperimentOutput, markdown_table, write_json
+from specbatch.scheduling.static.simulate.report import (
+    ExperimentOutput,
+    format_markdown_table,
+    percentile_or_nan,
+    write_json,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +37,11 @@ TTFT_SLA_S, TPOT_SLA_S = 1.0, 0.1
 COSTS = StepCosts(base_s=0.02, per_row_s=0.004, per_prefill_token_s=0.00005)
 INSTANCES = (SimInstance(kv_tokens=8192, max_rows=32), SimInstance(kv_tokens=8192, max_rows=32))
 CAPACITY_RPS = 5.5  # about the highest rate first-come admission serves within the SLA
-LOADS = (0.5, 0.8, 1.0, 1.2, 1.5)
+LOAD_FACTORS = (0.5, 0.8, 1.0, 1.2, 1.5)  # offered rate as a multiple of CAPACITY_RPS
 
 
-def workload(rate: float, seconds: float, seed: int) -> list[SimRequest]:
+def poisson_requests(rate: float, seconds: float, seed: int) -> list[SimRequest]:
+    """Poisson arrivals at ``rate`` with gamma output lengths, each predicted within ±30 %."""
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1.0 / rate, int(rate * seconds * 1.2)))
     times = times[times < seconds]
@@ -46,7 +52,9 @@ def workload(rate: float, seconds: float, seed: int) -> list[SimRequest]:
     ]
 
 
-def policy(order: str) -> AdmissionPolicy:
+def admission_policy(order: str) -> AdmissionPolicy:
+    """The scheduler's policy in ``order``; first come, first served also runs without a queue
+    bound, memory margin, b_SLA or early shedding, as vLLM does."""
     smart = order == "least_slack"
     return AdmissionPolicy(
         AdmissionConfig(
@@ -65,10 +73,11 @@ def policy(order: str) -> AdmissionPolicy:
 def run(out_dir: Path, *, quick: bool = False, seed: int = 0) -> ExperimentOutput:
     seconds = 60.0 if quick else 300.0
     rows = []
-    for load in tqdm(LOADS, desc="continuous_admission", unit="load"):
-        requests = workload(load * CAPACITY_RPS, seconds, seed)
+    for load in tqdm(LOAD_FACTORS, desc="continuous_admission", unit="load"):
+        requests = poisson_requests(load * CAPACITY_RPS, seconds, seed)
         for order in ("least_slack", "fcfs"):
-            outcomes = ContinuousSimulator(lambda order=order: policy(order), INSTANCES, COSTS).run(requests)
+            simulator = ContinuousSimulator(lambda order=order: admission_policy(order), INSTANCES, COSTS)
+            outcomes = simulator.run(requests)
             served = [o for o in outcomes if o.status == "served"]
             ttfts = [o.ttft_s for o in served]
             rows.append(
@@ -79,12 +88,12 @@ def run(out_dir: Path, *, quick: bool = False, seed: int = 0) -> ExperimentOutpu
                     "served": len(served),
                     "rejected": sum(o.status == "rejected" for o in outcomes),
                     "goodput_rps": goodput(outcomes, TTFT_SLA_S, TPOT_SLA_S, seconds),
-                    "ttft_p95_s": float(np.percentile(ttfts, 95)) if ttfts else float("nan"),
+                    "ttft_p95_s": percentile_or_nan(ttfts, 95),
                 }
             )
     json_path = write_json(out_dir / "continuous_admission.json", rows)
     by_load = {(r["load"], r["policy"]): r for r in rows}
-    table = markdown_table(
+    table = format_markdown_table(
         ["load", "policy", "served / offered", "rejected", "goodput (req/s)", "vs fcfs", "TTFT p95 (s)"],
         [
             [

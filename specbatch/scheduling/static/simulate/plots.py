@@ -11,7 +11,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from specbatch.scheduling.simulate.engine import BatchRecord
+from specbatch.scheduling.static.simulate.records import BatchRecord
 
 
 def plot_theorem42(rows: Sequence[Mapping], c_max: float, path: Path) -> Path:

@@ -1,8 +1,13 @@
-"""SchedulingPolicy: multi-bin queues + dynamic batch size, driven by events on any clock.
+"""SchedulingPolicy: the batch-level policy of the papers, multi-bin queues + dynamic batch size.
+
+An idle worker asks for a batch, runs it to completion and reports back: the setting of
+Guldogan et al. (2024) and Pang et al. (2025). The live server does not run this policy; its
+instances batch at every step, and it admits prompts to them with
+``specbatch.scheduling.admission``. This policy runs in the discrete-event simulator
+(``specbatch.scheduling.static.simulate``), which reproduces the papers' results with it.
 
 The policy never reads a clock, sleeps or starts a thread: every method takes ``now_s`` from
-the caller. The discrete-event simulator passes virtual time, the Triton scheduler model wall
-time, and both therefore exercise exactly the same decisions.
+the caller, so a virtual clock drives it exactly as a wall clock would.
 """
 
 from __future__ import annotations
@@ -16,16 +21,14 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from specbatch.scheduling.bins import BinBoundaries, BinQueues
-from specbatch.scheduling.config import PolicyConfig
-from specbatch.scheduling.dynamic import RunningStats, SlaBatchController, memory_batch_size
-from specbatch.scheduling.errors import (
-    DuplicateRequestError,
-    InvalidRequestError,
-    UnknownWorkerError,
-    WorkerStateError,
-)
-from specbatch.scheduling.requests import Batch, QueuedRequest
+from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
+from specbatch.scheduling.errors import DuplicateRequestError, InvalidPolicyInputError, UnknownWorkerError
+from specbatch.scheduling.requests import QueuedRequest
+from specbatch.scheduling.static.batch import Batch
+from specbatch.scheduling.static.bins import BinQueues
+from specbatch.scheduling.static.config import PolicyConfig
+from specbatch.scheduling.static.errors import WorkerStateError
+from specbatch.scheduling.static.memory import memory_batch_size
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class SchedulingPolicy:
         if len(set(workers)) != len(workers):
             raise UnknownWorkerError(f"worker ids must be unique, got {list(workers)}")
         self._cfg = config
-        self._boundaries = BinBoundaries.from_config(config)
+        self._boundaries = config.bin_boundaries()
         self._queues = BinQueues(config.num_bins)
         self._formed: deque[Batch] = deque()
         self._bin_of: dict[Hashable, int] = {}
@@ -97,7 +100,7 @@ class SchedulingPolicy:
     def submit(self, request: QueuedRequest, now_s: float) -> None:
         """Queue a request in the bin its predicted length falls in."""
         if not isinstance(request, QueuedRequest):
-            raise InvalidRequestError(f"submit expects a QueuedRequest, got {type(request).__name__}")
+            raise InvalidPolicyInputError(f"submit expects a QueuedRequest, got {type(request).__name__}")
         if request.request_id in self._bin_of or request.request_id in self._formed_of:
             raise DuplicateRequestError(f"request id {request.request_id!r} is already queued")
         self._boundaries.observe(request.predicted_tokens)
@@ -149,15 +152,15 @@ class SchedulingPolicy:
         the last report (a worker that cannot measure it).
         """
         if len(output_tokens) != batch.size:
-            raise InvalidRequestError(
+            raise InvalidPolicyInputError(
                 f"batch {batch.batch_id} has {batch.size} requests but {len(output_tokens)} output_tokens"
             )
         if not _is_count(seconds_per_token):
-            raise InvalidRequestError(
+            raise InvalidPolicyInputError(
                 f"seconds_per_token must be a finite number >= 0, got {seconds_per_token!r}"
             )
         if not all(_is_count(n) for n in output_tokens):
-            raise InvalidRequestError(
+            raise InvalidPolicyInputError(
                 f"output_tokens must be finite numbers >= 0, got {list(output_tokens)!r}"
             )
         free_kv = None if free_kv_tokens is None else _checked_kv(free_kv_tokens)
@@ -451,5 +454,5 @@ def _is_count(value: object) -> bool:
 
 def _checked_kv(free_kv_tokens: int) -> int:
     if isinstance(free_kv_tokens, bool) or not isinstance(free_kv_tokens, int) or free_kv_tokens < 0:
-        raise InvalidRequestError(f"free_kv_tokens must be an int >= 0, got {free_kv_tokens!r}")
+        raise InvalidPolicyInputError(f"free_kv_tokens must be an int >= 0, got {free_kv_tokens!r}")
     return free_kv_tokens

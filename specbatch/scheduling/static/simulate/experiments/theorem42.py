@@ -12,44 +12,52 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from specbatch.scheduling.simulate.engine import ClusterConfig, Simulator
-from specbatch.scheduling.simulate.experiments.common import (
-    ExperimentOutput,
-    markdown_table,
+from specbatch.scheduling.static.simulate.cluster import ClusterConfig, ServiceTimeModel
+from specbatch.scheduling.static.simulate.engine import Simulator
+from specbatch.scheduling.static.simulate.experiments.scenarios import (
+    PAPER_MAX_LEN,
+    PAPER_MIN_LEN,
     paper_multibin_config,
-    write_json,
 )
-from specbatch.scheduling.simulate.plots import plot_theorem42
-from specbatch.scheduling.simulate.service import ServiceTimeModel
-from specbatch.scheduling.simulate.theory import max_multibin_throughput, theoretical_multibin_throughput
-from specbatch.scheduling.simulate.workload import (
+from specbatch.scheduling.static.simulate.plots import plot_theorem42
+from specbatch.scheduling.static.simulate.report import ExperimentOutput, format_markdown_table, write_json
+from specbatch.scheduling.static.simulate.theory import (
+    max_multibin_throughput,
+    theoretical_multibin_throughput,
+)
+from specbatch.scheduling.static.simulate.workload import (
     OraclePredictor,
     PoissonArrivals,
     UniformLengths,
-    make_workload,
+    draw_workload,
 )
 
 logger = logging.getLogger(__name__)
 
-BATCH_SIZE = 128
-LOW, HIGH = 1.0, 20.0
-BIN_COUNTS = (1, 2, 4, 8, 16)
+THEOREM42_BATCH_SIZE = 128
+THEOREM42_BIN_COUNTS = (1, 2, 4, 8, 16)
 OVERLOAD = 1.3
 
 
-def theorem42_rows(horizon: float, seed: int, bin_counts: tuple[int, ...] = BIN_COUNTS) -> list[dict]:
+def theorem42_rows(
+    horizon: float, seed: int, bin_counts: tuple[int, ...] = THEOREM42_BIN_COUNTS
+) -> list[dict]:
     """Simulated and theoretical throughput for each k (one row per k)."""
-    c_max = max_multibin_throughput(BATCH_SIZE, LOW, HIGH)
+    c_max = max_multibin_throughput(THEOREM42_BATCH_SIZE, PAPER_MIN_LEN, PAPER_MAX_LEN)
     cluster = ClusterConfig(num_servers=1, service=ServiceTimeModel(a0=0.0, a1=1.0, slope=0.0))
     rows = []
     baseline_sim = baseline_theory = None
     for k in tqdm(bin_counts, desc="theorem42", unit="k"):
-        workload = make_workload(
-            PoissonArrivals(OVERLOAD * c_max), UniformLengths(LOW, HIGH), OraclePredictor(), horizon, seed + k
+        workload = draw_workload(
+            PoissonArrivals(OVERLOAD * c_max),
+            UniformLengths(PAPER_MIN_LEN, PAPER_MAX_LEN),
+            OraclePredictor(),
+            horizon,
+            seed + k,
         )
-        config = paper_multibin_config(k, LOW, HIGH, BATCH_SIZE)
+        config = paper_multibin_config(k, THEOREM42_BATCH_SIZE)
         metrics = Simulator(config, cluster).run(workload, horizon, warmup_s=0.1 * horizon).metrics
-        theory = theoretical_multibin_throughput(BATCH_SIZE, k, LOW, HIGH)
+        theory = theoretical_multibin_throughput(THEOREM42_BATCH_SIZE, k, PAPER_MIN_LEN, PAPER_MAX_LEN)
         if baseline_sim is None:
             baseline_sim, baseline_theory = metrics.throughput_rps, theory
         rows.append(
@@ -61,7 +69,7 @@ def theorem42_rows(horizon: float, seed: int, bin_counts: tuple[int, ...] = BIN_
                 "simulated_gain": metrics.throughput_rps / baseline_sim,
                 "theoretical_gain": theory / baseline_theory,
                 "c_max": c_max,
-                "batch_size": BATCH_SIZE,
+                "batch_size": THEOREM42_BATCH_SIZE,
                 "utilisation": metrics.utilisation,
                 "requests": len(workload),
             }
@@ -75,7 +83,7 @@ def run(out_dir: Path, *, quick: bool, seed: int) -> ExperimentOutput:
     rows = theorem42_rows(horizon, seed)
     json_path = write_json(out_dir / "theorem42.json", rows)
     figure = plot_theorem42(rows, rows[0]["c_max"], out_dir / "sched_theorem42.png")
-    table = markdown_table(
+    table = format_markdown_table(
         ["k", "simulated", "Theorem 4.2", "error", "gain (sim)", "gain (theory)"],
         [
             [

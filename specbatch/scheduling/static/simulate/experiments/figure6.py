@@ -14,30 +14,33 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from specbatch.scheduling.simulate.engine import ClusterConfig, Simulator
-from specbatch.scheduling.simulate.experiments.common import (
-    ExperimentOutput,
-    markdown_table,
+from specbatch.scheduling.static.simulate.cluster import ClusterConfig
+from specbatch.scheduling.static.simulate.engine import Simulator
+from specbatch.scheduling.static.simulate.experiments.scenarios import (
+    PAPER_MAX_LEN,
+    PAPER_MIN_LEN,
     paper_multibin_config,
-    write_json,
 )
-from specbatch.scheduling.simulate.plots import plot_figure6
-from specbatch.scheduling.simulate.theory import max_multibin_throughput, theoretical_multibin_throughput
-from specbatch.scheduling.simulate.workload import (
+from specbatch.scheduling.static.simulate.plots import plot_figure6
+from specbatch.scheduling.static.simulate.report import ExperimentOutput, format_markdown_table, write_json
+from specbatch.scheduling.static.simulate.theory import (
+    max_multibin_throughput,
+    theoretical_multibin_throughput,
+)
+from specbatch.scheduling.static.simulate.workload import (
     BinConfusionPredictor,
     NoisyPredictor,
     OraclePredictor,
     PoissonArrivals,
     UniformLengths,
-    make_workload,
+    draw_workload,
 )
 
 logger = logging.getLogger(__name__)
 
-BATCH_SIZE = 8
+FIGURE6_BATCH_SIZE = 8
+FIGURE6_BIN_COUNTS = (1, 2, 4, 8)
 SERVERS = 8
-LOW, HIGH = 1.0, 20.0
-BIN_COUNTS = (1, 2, 4, 8)
 PAPER_GAINS = {1: 1.0, 2: 1.21, 4: 1.41, 8: 1.55}
 PREDICTORS = ("oracle", "noisy σ=0.3", "bin-confusion 80 %")
 
@@ -47,25 +50,25 @@ def _predictor(name: str, k: int) -> OraclePredictor | NoisyPredictor | BinConfu
         return OraclePredictor()
     if name.startswith("noisy"):
         return NoisyPredictor(relative_sigma=0.3)
-    return BinConfusionPredictor.adjacent(k, accuracy=0.8, low=LOW, high=HIGH)
+    return BinConfusionPredictor.adjacent(k, accuracy=0.8, low=PAPER_MIN_LEN, high=PAPER_MAX_LEN)
 
 
 def run(out_dir: Path, *, quick: bool, seed: int) -> ExperimentOutput:
     horizon = 1_500.0 if quick else 5_000.0
     fractions = (0.4, 0.7, 1.0, 1.3) if quick else (0.3, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95, 1.1, 1.3)
-    c_total = SERVERS * max_multibin_throughput(BATCH_SIZE, LOW, HIGH)
+    c_total = SERVERS * max_multibin_throughput(FIGURE6_BATCH_SIZE, PAPER_MIN_LEN, PAPER_MAX_LEN)
     cluster = ClusterConfig(num_servers=SERVERS)
-    jobs = [(p, k, f) for p in PREDICTORS for k in BIN_COUNTS for f in fractions]
+    jobs = [(p, k, f) for p in PREDICTORS for k in FIGURE6_BIN_COUNTS for f in fractions]
     points: list[dict] = []
     for predictor, k, fraction in tqdm(jobs, desc="figure6", unit="run"):
-        workload = make_workload(
+        workload = draw_workload(
             PoissonArrivals(fraction * c_total),
-            UniformLengths(LOW, HIGH),
+            UniformLengths(PAPER_MIN_LEN, PAPER_MAX_LEN),
             _predictor(predictor, k),
             horizon,
             seed,
         )
-        config = paper_multibin_config(k, LOW, HIGH, BATCH_SIZE)
+        config = paper_multibin_config(k, FIGURE6_BATCH_SIZE)
         metrics = Simulator(config, cluster).run(workload, horizon, warmup_s=0.1 * horizon).metrics
         points.append(
             {
@@ -84,12 +87,12 @@ def run(out_dir: Path, *, quick: bool, seed: int) -> ExperimentOutput:
     curves = {
         p: {
             k: [(q["throughput"], q["mean_latency"]) for q in points if q["predictor"] == p and q["k"] == k]
-            for k in BIN_COUNTS
+            for k in FIGURE6_BIN_COUNTS
         }
         for p in PREDICTORS
     }
     figure = plot_figure6(curves, out_dir / "sched_figure6.png")
-    table = markdown_table(
+    table = format_markdown_table(
         [
             "k",
             "theory gain",
@@ -115,14 +118,17 @@ def _summarize(points: list[dict]) -> list[dict]:
     best = {(q["predictor"], q["k"]): 0.0 for q in points}
     for q in points:
         best[q["predictor"], q["k"]] = max(best[q["predictor"], q["k"]], q["throughput"])
-    theory_1 = theoretical_multibin_throughput(BATCH_SIZE, 1, LOW, HIGH)
+    theory = {
+        k: theoretical_multibin_throughput(FIGURE6_BATCH_SIZE, k, PAPER_MIN_LEN, PAPER_MAX_LEN)
+        for k in (1, *FIGURE6_BIN_COUNTS)
+    }
     return [
         {
             "k": k,
-            "theoretical_gain": theoretical_multibin_throughput(BATCH_SIZE, k, LOW, HIGH) / theory_1,
-            "theoretical_max_throughput": SERVERS * theoretical_multibin_throughput(BATCH_SIZE, k, LOW, HIGH),
+            "theoretical_gain": theory[k] / theory[1],
+            "theoretical_max_throughput": SERVERS * theory[k],
             "max_throughput": {p: best[p, k] for p in PREDICTORS},
             "gain": {p: best[p, k] / best[p, 1] for p in PREDICTORS},
         }
-        for k in BIN_COUNTS
+        for k in FIGURE6_BIN_COUNTS
     ]

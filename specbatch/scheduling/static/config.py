@@ -1,7 +1,7 @@
-"""PolicyConfig: every knob of the scheduling policy, validated once at construction.
+"""PolicyConfig: every knob of the static batch-level policy, validated once at construction.
 
-A configuration error must fail loudly when the scheduler model loads, not as a strange
-batch an hour later, so every field is checked here.
+A configuration error must fail loudly when a policy or a simulation sweep is built, not as
+a strange batch deep into a run, so every field is checked here.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specbatch.scheduling.bins import BinBoundaries
 from specbatch.scheduling.errors import PolicyConfigError
 
 BOUNDARY_MODES = ("equal_mass", "fixed")
@@ -19,7 +20,7 @@ BIN_SELECTIONS = ("oldest_head", "longest_queue", "round_robin")
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Configuration of :class:`~specbatch.scheduling.policy.SchedulingPolicy`.
+    """Configuration of :class:`~specbatch.scheduling.static.policy.SchedulingPolicy`.
 
     Bins
         ``num_bins`` bins by predicted output tokens. ``boundaries`` is ``"fixed"`` (equally
@@ -134,10 +135,17 @@ class PolicyConfig:
         _require_int(self, "latency_window", minimum=1)
         _require_int(self, "stats_min_samples", minimum=1)
 
-    @property
-    def formed_batches(self) -> bool:
-        """True in the paper-faithful fixed-B mode (batches formed eagerly into a central FIFO)."""
-        return self.fixed_batch_size is not None
+    def bin_boundaries(self) -> BinBoundaries:
+        """The bin edges this configuration describes, fresh (no predictions observed yet)."""
+        return BinBoundaries(
+            self.num_bins,
+            self.boundaries,
+            low=self.min_len,
+            high=self.max_len,
+            window=self.boundary_window,
+            refresh_every=self.boundary_refresh_every,
+            min_samples=self.boundary_min_samples,
+        )
 
     @property
     def sla_tolerance_s(self) -> float:

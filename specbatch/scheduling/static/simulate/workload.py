@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbatch.scheduling.bins import equally_spaced_cuts
-from specbatch.scheduling.errors import SimulationConfigError
+from specbatch.scheduling.static.errors import SimulationConfigError
 
 # ------------------------------------------------------------------ arrivals
 
@@ -257,8 +257,9 @@ class BinConfusionPredictor:
 
 
 @dataclass(frozen=True)
-class Workload:
-    """Arrays indexed by request number: arrival, input, true output and predicted output, deadline."""
+class SimulatedWorkload:
+    """A drawn workload as arrays indexed by request number: arrival, input, true output and
+    predicted output, deadline."""
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray
@@ -270,7 +271,7 @@ class Workload:
         return len(self.arrival_s)
 
 
-def make_workload(
+def draw_workload(
     arrivals: PoissonArrivals | StepArrivals | OnOffArrivals,
     output_lengths: UniformLengths | GammaLengths | EmpiricalLengths,
     predictor: OraclePredictor | NoisyPredictor | BinConfusionPredictor,
@@ -279,7 +280,7 @@ def make_workload(
     *,
     input_lengths: UniformLengths | GammaLengths | EmpiricalLengths | None = None,
     relative_deadline_s: float | None = None,
-) -> Workload:
+) -> SimulatedWorkload:
     """Draw one workload; the same seed gives the same arrays, whatever policy later runs it."""
     _positive("horizon_s", horizon_s)
     rng = np.random.default_rng(seed)
@@ -293,7 +294,7 @@ def make_workload(
         else np.zeros(count, dtype=np.int64)
     )
     deadline = arrival + relative_deadline_s if relative_deadline_s is not None else None
-    return Workload(arrival, inputs, output, predicted, deadline)
+    return SimulatedWorkload(arrival, inputs, output, predicted, deadline)
 
 
 def _positive(name: str, value: float) -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specbatch.scheduling.simulate.workload import Workload
-
-if TYPE_CHECKING:
-    from specbatch.scheduling.simulate.engine import BatchRecord, ClusterConfig, RequestOutcome
+from specbatch.scheduling.static.simulate.cluster import ClusterConfig
+from specbatch.scheduling.static.simulate.records import BatchRecord, RequestOutcome
+from specbatch.scheduling.static.simulate.report import percentile_or_nan
+from specbatch.scheduling.static.simulate.workload import SimulatedWorkload
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class SimulationMetrics:
 
 
 def summarize(
-    workload: Workload,
+    workload: SimulatedWorkload,
     outcome: RequestOutcome,
     batches: list[BatchRecord],
     cluster: ClusterConfig,
@@ -91,9 +90,9 @@ def summarize(
         goodput_rps=int((completed_in_window & ~violated).sum()) / window,
         token_throughput=float(workload.output_tokens[completed_in_window].sum()) / window,
         latency_mean_s=float(np.mean(latency)) if len(latency) else float("nan"),
-        latency_p50_s=_percentile(latency, 50),
-        latency_p95_s=_percentile(latency, 95),
-        latency_p99_s=_percentile(latency, 99),
+        latency_p50_s=percentile_or_nan(latency, 50),
+        latency_p95_s=percentile_or_nan(latency, 95),
+        latency_p99_s=percentile_or_nan(latency, 99),
         mean_tpot_s=float(np.mean(outcome.step_seconds[served])) if served.any() else float("nan"),
         sla_violation_rate=float((violated & arrived).sum()) / arrived_count if arrived_count else 0.0,
         expired=int((arrived & outcome.expired).sum()),
@@ -109,7 +108,11 @@ def summarize(
 
 
 def _per_bin(
-    workload: Workload, outcome: RequestOutcome, batches: list[BatchRecord], num_bins: int, served: np.ndarray
+    workload: SimulatedWorkload,
+    outcome: RequestOutcome,
+    batches: list[BatchRecord],
+    num_bins: int,
+    served: np.ndarray,
 ) -> list[BinMetrics]:
     rows = []
     for index in range(num_bins):
@@ -128,6 +131,3 @@ def _per_bin(
         )
     return rows
 
-
-def _percentile(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if len(values) else float("nan")

@@ -1,9 +1,11 @@
-"""Discrete-event simulation of N workers served by one SchedulingPolicy on a virtual clock.
+"""Discrete-event simulation of N workers served by one static SchedulingPolicy on a virtual clock.
 
 Events are arrivals (from the workload arrays), batch completions and policy timers
-(flush window, starvation bound, deadline). The simulator calls the policy exactly as the
-Triton scheduler model does — submit, next_batch for each idle worker, on_batch_done with
-measured step time and free KV, expire — so what is measured here is the production logic.
+(flush window, starvation bound, deadline). The simulator makes the calls a batch-level
+scheduler makes — submit, next_batch for each idle worker, on_batch_done with measured step
+time and free KV, expire — so what is measured is the static policy's own decisions. The live
+server runs the admission policy instead; ``specbatch.scheduling.simulate.continuous``
+simulates that one, step by step.
 
 KV model: static batching keeps every row's cache until the batch ends, so a batch needs
 Σ (l_in + l_out) tokens of KV. A batch that needs more than the worker's capacity η is run
@@ -15,70 +17,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from specbatch.scheduling.config import PolicyConfig
-from specbatch.scheduling.errors import SimulationConfigError
-from specbatch.scheduling.policy import SchedulingPolicy
-from specbatch.scheduling.requests import Batch, QueuedRequest
-from specbatch.scheduling.simulate.metrics import SimulationMetrics, summarize
-from specbatch.scheduling.simulate.service import ServiceTimeModel
-from specbatch.scheduling.simulate.workload import Workload
+from specbatch.scheduling.requests import QueuedRequest
+from specbatch.scheduling.static.batch import Batch
+from specbatch.scheduling.static.config import PolicyConfig
+from specbatch.scheduling.static.errors import SimulationConfigError
+from specbatch.scheduling.static.policy import SchedulingPolicy
+from specbatch.scheduling.static.simulate.cluster import ClusterConfig
+from specbatch.scheduling.static.simulate.metrics import SimulationMetrics, summarize
+from specbatch.scheduling.static.simulate.records import BatchRecord, RequestOutcome
+from specbatch.scheduling.static.simulate.workload import SimulatedWorkload
 
 _DONE, _TICK = 0, 1
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    """The simulated servers: how many, how fast, how much KV, and the per-token SLA to account."""
-
-    num_servers: int = 1
-    service: ServiceTimeModel = field(default_factory=ServiceTimeModel)
-    kv_capacity_tokens: int | None = None
-    sla_tpot_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if (
-            isinstance(self.num_servers, bool)
-            or not isinstance(self.num_servers, int)
-            or self.num_servers < 1
-        ):
-            raise SimulationConfigError(f"num_servers must be an int >= 1, got {self.num_servers!r}")
-        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
-            raise SimulationConfigError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
-        if self.sla_tpot_s is not None and not self.sla_tpot_s > 0:
-            raise SimulationConfigError(f"sla_tpot_s must be > 0, got {self.sla_tpot_s}")
-
-
-@dataclass
-class BatchRecord:
-    """One executed batch, for metrics and plots."""
-
-    worker: int
-    start_s: float
-    end_s: float
-    size: int
-    bin_index: int
-    max_len: float
-    kv_demand_tokens: float
-    passes: int
-    step_seconds: float
-    target_size: int
-    b_mem: int | None
-    b_sla: int | None
-
-
-@dataclass
-class RequestOutcome:
-    """Per-request arrays (index = request number); NaN where the request never ran."""
-
-    start_s: np.ndarray
-    finish_s: np.ndarray
-    step_seconds: np.ndarray
-    bin_index: np.ndarray
-    expired: np.ndarray
 
 
 @dataclass
@@ -96,7 +49,7 @@ class Simulator:
         self._cluster = cluster
 
     def run(
-        self, workload: Workload, horizon_s: float, *, warmup_s: float = 0.0, drain_s: float = 0.0
+        self, workload: SimulatedWorkload, horizon_s: float, *, warmup_s: float = 0.0, drain_s: float = 0.0
     ) -> SimulationResult:
         """Simulate arrivals up to ``horizon_s`` and keep serving ``drain_s`` longer.
 
@@ -125,7 +78,7 @@ class Simulator:
 class _Run:
     """The mutable state of one simulation run."""
 
-    def __init__(self, config: PolicyConfig, cluster: ClusterConfig, workload: Workload) -> None:
+    def __init__(self, config: PolicyConfig, cluster: ClusterConfig, workload: SimulatedWorkload) -> None:
         self.cluster = cluster
         self.workload = workload
         self.workers = [f"w{i}" for i in range(cluster.num_servers)]
