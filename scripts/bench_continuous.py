@@ -43,12 +43,11 @@ import torch
 from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
-from specbatch.decoding.tiny import BENCH_SPEC, TINY_SPEC, build_benchmark_pairs
+from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_benchmark_pairs
 from specbatch.decoding.tokenizer_build import corpus
 
 logger = logging.getLogger("bench_continuous")
 
-PAIRS = ("a50", "a70", "a90")
 POLICIES = ("target_only", "fixed_4", "adaptive_rule", "goodput")
 
 
@@ -193,8 +192,8 @@ def open_loop(pair_name: str, pair: ModelPair, args) -> list[dict]:
         engine = _engine(pair, "goodput" if mode == "speculative" else 0, batching)
         timings = run_open_loop(engine, jobs, arrivals, mode)
         outputs = [timings[i].result.tokens for i in range(len(jobs))]
-        snapshot = engine.snapshot()
-        memory = snapshot.memory
+        memory = engine.memory_peaks
+        bytes_per_token = pair.kv_bytes_per_token
         rows.append(
             {
                 "part": "open_loop",
@@ -209,10 +208,10 @@ def open_loop(pair_name: str, pair: ModelPair, args) -> list[dict]:
                 "kv_peak_reserved_tokens": memory.reserved_tokens,
                 "kv_held_tokens_at_peak": memory.held_tokens_at_peak,
                 "kv_rectangular_tokens": memory.rectangular_tokens,
-                "kv_peak_bytes": memory.reserved_tokens * snapshot.bytes_per_token,
-                "kv_rectangular_bytes": memory.rectangular_tokens * snapshot.bytes_per_token,
-                "preemptions": snapshot.preemptions,
-                "mean_k": _mean_k(snapshot.lookahead_steps),
+                "kv_peak_bytes": memory.reserved_tokens * bytes_per_token,
+                "kv_rectangular_bytes": memory.rectangular_tokens * bytes_per_token,
+                "preemptions": engine.snapshot().preemptions,
+                "mean_k": _mean_k(engine.lookahead_steps),
             }
         )
     return rows
@@ -243,8 +242,8 @@ def closed_loop(pair_name: str, pair: ModelPair, args) -> list[dict]:
                     "lookahead": policy,
                     "tokens_per_s": summary["tokens_per_s"],
                     "speedup_vs_target_only": summary["tokens_per_s"] / baseline,
-                    "mean_k": _mean_k(engine.snapshot().lookahead_steps),
-                    "acceptance": engine.snapshot().acceptance,
+                    "mean_k": _mean_k(engine.lookahead_steps),
+                    "acceptance": engine.acceptance,
                 }
             )
     return rows
@@ -371,7 +370,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_continuous.png"))
     args = parser.parse_args()
-    args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(PAIRS))
+    args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(CONTROLLED_ALPHAS))
     args.open_requests = 30 if args.quick else 120
     args.closed_requests = 6 if args.quick else 64
     args.prompt_range = (16, 512)

@@ -67,14 +67,18 @@ PROMPT_TOKENS = 16
 
 
 @dataclass(frozen=True)
-class Workload:
+class DecodeRun:
+    """How long each measured point decodes (plain and speculative) and how often it is timed."""
+
     new_tokens: int
     spec_tokens: int
     repeats: int  # timed runs per point; the median is reported (a shared machine is noisy)
 
 
-def random_qwen3(shape: dict, device: torch.device, tokenizer: object) -> torch.nn.Module:
-    """A Qwen3ForCausalLM of ``shape`` with random bf16 weights, built on the device."""
+def full_size_qwen3(shape: dict, device: torch.device, tokenizer: object) -> torch.nn.Module:
+    """A Qwen3ForCausalLM of a published ``shape`` and Qwen3's vocabulary, with random bf16
+    weights, built on the device: only the bytes a pass reads matter here, not the seeded,
+    calibrated weights of the tiny pairs (:func:`specbatch.decoding.tiny.random_qwen3`)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
@@ -103,8 +107,8 @@ def load_pairs(device: torch.device, scratch: Path) -> tuple[ModelPair, ModelPai
 
     build_tokenizer(scratch, vocab_size=600)
     tokenizer = AutoTokenizer.from_pretrained(scratch)
-    target = random_qwen3(QWEN3_8B, device, tokenizer)
-    draft = random_qwen3(QWEN3_0_6B, device, tokenizer)
+    target = full_size_qwen3(QWEN3_8B, device, tokenizer)
+    draft = full_size_qwen3(QWEN3_0_6B, device, tokenizer)
     pair = pair_from_models(target, draft, tokenizer)
     same = pair_from_models(target, target, tokenizer)
     return pair, same, "random-initialised Qwen3-8B / Qwen3-0.6B shapes, bf16"
@@ -157,7 +161,7 @@ def timed_rate(engine: Engine, batch: int, new_tokens: int, mode: str, repeats: 
 
 
 def measure(
-    pair: ModelPair, same: ModelPair, compile: str, work: Workload, device: str, limits: dict
+    pair: ModelPair, same: ModelPair, compile: str, work: DecodeRun, device: str, limits: dict
 ) -> list[dict]:
     rows = []
     target_rate: dict[int, float] = {}
@@ -268,7 +272,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     modes = ["none", "default"] if device.type == "cpu" else ["none", "cuda_graphs"]
-    work = Workload(24, 27, repeats=3) if args.quick else Workload(96, 108, repeats=5)
+    work = DecodeRun(24, 27, repeats=3) if args.quick else DecodeRun(96, 108, repeats=5)
     scratch = args.out.parent / "bench_gpu_tokenizer"
     scratch.mkdir(parents=True, exist_ok=True)
     pair, same, label = load_pairs(device, scratch)

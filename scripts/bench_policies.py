@@ -52,7 +52,7 @@ logger = logging.getLogger("bench_policies")
 
 
 @dataclass(frozen=True)
-class Arrival:
+class TimedRequest:
     at_s: float
     prompt: str
     max_tokens: int
@@ -81,7 +81,7 @@ SETUPS = (
 LOADS = (0.8, 1.0, 1.2)
 
 
-def build_workload(rate: float, duration_s: float, seed: int, short_share: float) -> list[Arrival]:
+def build_workload(rate: float, duration_s: float, seed: int, short_share: float) -> list[TimedRequest]:
     """Poisson arrivals; max_tokens bimodal (many short answers, some long ones)."""
     rng = random.Random(seed)
     times, now = [], 0.0
@@ -92,7 +92,7 @@ def build_workload(rate: float, duration_s: float, seed: int, short_share: float
         times.append(now)
     prompts = [p.text for p in generate_workload(len(times), seed, mix={"infobench": 1.0})]
     return [
-        Arrival(
+        TimedRequest(
             t,
             build_infobench_prompt(p),
             rng.randint(8, 32) if rng.random() < short_share else rng.randint(96, 192),
@@ -101,7 +101,7 @@ def build_workload(rate: float, duration_s: float, seed: int, short_share: float
     ]
 
 
-def request_inputs(grpcclient, setup: Setup, arrival: Arrival) -> tuple[str, list]:
+def request_inputs(grpcclient, setup: Setup, arrival: TimedRequest) -> tuple[str, list]:
     def tensor(name: str, array: np.ndarray, datatype: str):
         value = grpcclient.InferInput(name, list(array.shape), datatype)
         value.set_data_from_numpy(array)
@@ -121,7 +121,7 @@ def request_inputs(grpcclient, setup: Setup, arrival: Arrival) -> tuple[str, lis
     ]
 
 
-def drive(url: str, setup: Setup, arrivals: list[Arrival], timeout_s: float) -> list[dict]:
+def drive(url: str, setup: Setup, arrivals: list[TimedRequest], timeout_s: float) -> list[dict]:
     """Send every arrival on time over one gRPC stream; one record per request, from its
     first response (first token) and its final one."""
     import tritonclient.grpc as grpcclient
@@ -182,7 +182,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarise(
-    setup: Setup, rate: float, arrivals: list[Arrival], records: list[dict], args: argparse.Namespace
+    setup: Setup, rate: float, arrivals: list[TimedRequest], records: list[dict], args: argparse.Namespace
 ) -> dict:
     served = [r for r in records if r["id"] is not None]
     span = max([arrivals[-1].at_s] + [r["done_s"] for r in served])
@@ -235,7 +235,7 @@ def start_server(setup: Setup, name: str) -> TritonProcess:
     return process
 
 
-def run_setup(setup: Setup, rate: float, arrivals: list[Arrival], args: argparse.Namespace) -> dict:
+def run_setup(setup: Setup, rate: float, arrivals: list[TimedRequest], args: argparse.Namespace) -> dict:
     if setup.name == "least_slack":  # the scheduler is told the first-token SLA it is held to
         sla = {"SPECBATCH_SLA_TTFT_MS": f"{args.sla_ttft_s * 1000:g}"}
         setup = Setup(

@@ -1,8 +1,8 @@
 """Routing benchmark: accuracy and time per prompt on the generated workload and a labelled corpus.
 
 Measures, on one seeded workload, the structural classifier next to a keyword router
-(the approach DESIGN §3 warns against), the graph solver and the mmlu parser against
-the workload's expected answers, the length predictor, and Yen on a dense 20-node graph.
+(one fixed phrase per task, which paraphrases break), the graph solver and the mmlu
+parser against the workload's expected answers, the length predictor, and Yen on a dense 20-node graph.
 On the hand-written routing precision corpus (paraphrases and look-alikes, see
 tests/unit/data/routing_precision.txt) it reports precision and recall of the graph and
 mmlu routes, how many routed prompts the handler then reads right, how many negatives
@@ -43,7 +43,7 @@ DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data"
 
 
 def keyword_router(prompt: str) -> str:
-    """The single-phrase router DESIGN §3 describes as the thing not to build."""
+    """A router that looks for one fixed phrase per task: the baseline that paraphrases break."""
     lower = prompt.lower()
     if "submit_paths" in lower:
         return "graph"

@@ -33,14 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
+from specbatch.acceptance import acceptance_rate
 from specbatch.decoding import Engine, GenerationRequest, ModelPair, load_model_pair
 from specbatch.decoding.kv_blocks import dense_pool, layout_for
-from specbatch.decoding.tiny import build_benchmark_pairs
+from specbatch.decoding.tiny import CONTROLLED_ALPHAS, build_benchmark_pairs
 from specbatch.decoding.tokenizer_build import corpus
 
 logger = logging.getLogger("bench_specdec")
-
-PAIRS = ("a50", "a70", "a90")
 
 
 @dataclass
@@ -230,7 +229,7 @@ def bench_pair(name: str, pair_dir: Path, args, record: dict) -> list[dict]:
                 accepted = sum(r.total_accepted_draft_tokens for r in spec)
                 produced = sum(r.num_output_tokens for r in spec)
                 row = {**base, "mode": mode, "tokens_per_s": produced / seconds, "seconds": seconds}
-                row["acceptance_rate"] = accepted / drafted if drafted else 0.0
+                row["acceptance_rate"] = acceptance_rate(drafted, accepted)
                 row["cost_ratio"] = costs["cost_ratio"]
                 row["measured_speedup"] = row["tokens_per_s"] / plain_tps
                 row["decode_speedup"] = plain_step / spec_step
@@ -367,7 +366,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer tokens and repeats (under 3 minutes)")
     parser.add_argument("--models", type=Path, default=Path(".models/controlled"))
-    parser.add_argument("--pairs", nargs="+", default=list(PAIRS))
+    parser.add_argument("--pairs", nargs="+", default=list(CONTROLLED_ALPHAS))
     parser.add_argument("--batches", nargs="+", type=int, help="default 1 4 8 (1 8 with --quick)")
     parser.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 0.7])
     parser.add_argument("--new-tokens", type=int, default=None, help="default 128 (32 with --quick)")

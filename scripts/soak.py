@@ -181,7 +181,7 @@ def scrape(process: TritonProcess) -> str:
         return reply.read().decode()
 
 
-def sample(process: TritonProcess, at_s: float) -> dict:
+def sample_server(process: TritonProcess, at_s: float) -> dict:
     """RSS (KiB) of tritonserver and every stub, and the scheduler's queue and running rows."""
     rss = {}
     for name, pid in {"tritonserver": process.process.pid, **process.stub_pids()}.items():
@@ -231,7 +231,7 @@ async def drive(process: TritonProcess, pool: PromptPool, rate: float, args: arg
         next_log = 30.0
         while True:
             try:
-                samples.append(await asyncio.to_thread(sample, process, clock()))
+                samples.append(await asyncio.to_thread(sample_server, process, clock()))
             except OSError as exc:  # a refused or slow scrape: the next one may work
                 logger.warning("sampling the server failed: %s", exc)
             if samples and clock() >= next_log:
@@ -275,7 +275,7 @@ async def drive(process: TritonProcess, pool: PromptPool, rate: float, args: arg
     await asyncio.sleep(IDLE_S)
     idle_cpu_pct = (cpu_seconds(process, ("qwen3_specdec",)) - engines_cpu) / IDLE_S * 100
     sampling.cancel()
-    end = await asyncio.to_thread(sample, process, clock()) | {"engines_cpu_pct": idle_cpu_pct}
+    end = await asyncio.to_thread(sample_server, process, clock()) | {"engines_cpu_pct": idle_cpu_pct}
     metrics = await asyncio.to_thread(scrape, process)
     (args.out / "metrics-after-drain.prom").write_text(metrics)
     await asyncio.gather(client.close(), upstream.close())

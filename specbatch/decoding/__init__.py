@@ -7,7 +7,7 @@ and :func:`build_tiny_pair` to build the deterministic embedded default pair.
 
 from specbatch.decoding.engine import Engine
 from specbatch.decoding.pair import IncompatiblePairError, ModelPair, load_model_pair, pair_from_models
-from specbatch.decoding.requests import GenerationRequest, GenerationResult, InvalidRequestError
+from specbatch.decoding.requests import GenerationRequest, GenerationResult, UnrunnableRequestError
 from specbatch.decoding.scoring import ChoiceScores
 from specbatch.decoding.tiny import build_tiny_pair
 
@@ -17,8 +17,8 @@ __all__ = [
     "GenerationRequest",
     "GenerationResult",
     "IncompatiblePairError",
-    "InvalidRequestError",
     "ModelPair",
+    "UnrunnableRequestError",
     "build_tiny_pair",
     "load_model_pair",
     "pair_from_models",

@@ -34,7 +34,7 @@ from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.requests import (
     GenerationRequest,
     GenerationResult,
-    InvalidRequestError,
+    UnrunnableRequestError,
     check_sampling_settings,
 )
 from specbatch.decoding.rows import MODES, AcceptanceTracker, Row, RowHandle, RowSink
@@ -42,6 +42,7 @@ from specbatch.decoding.scoring import ChoiceScores, check_scoring_row, score_ch
 from specbatch.decoding.steps import MAX_DRAFT_CATCH_UP, FeedObserver, StepRunner
 from specbatch.decoding.stopping import RowOutput, StopRules
 from specbatch.decoding.wrapper import BatchSink
+from specbatch.scheduling.load import InstanceLoad
 
 logger = logging.getLogger(__name__)
 
@@ -72,33 +73,6 @@ class MemoryPeaks:
             self.rectangular_tokens = max(
                 self.rectangular_tokens, len(running) * (longest + MAX_LOOKAHEAD + 1)
             )
-
-
-@dataclass(frozen=True)
-class EngineSnapshot:
-    """What the scheduler sees of an instance; block figures are the ones admission
-    enforces."""
-
-    running: int
-    waiting: int
-    prefilling: int
-    blocks_total: int
-    blocks_free: int
-    block_size: int
-    tokens_held: int  # committed tokens cached by running rows
-    bytes_per_token: int  # target + draft KV bytes of one token
-    held_blocks: dict[int, int]  # row id -> blocks it holds
-    step_seconds: float
-    seconds_per_token: float  # a running row's wait per committed token
-    lookahead: int
-    acceptance: float
-    preemptions: int
-    lookahead_steps: dict[int, int]  # decode steps run per K (0 = plain)
-    memory: MemoryPeaks
-
-    @property
-    def free_tokens(self) -> int:
-        return self.blocks_free * self.block_size
 
 
 class Engine:
@@ -179,14 +153,14 @@ class Engine:
         self.runner.feed_observer = observer
 
     def validate(self, request: GenerationRequest) -> None:
-        """Raise InvalidRequestError (a ValueError) with a readable message if the request cannot run."""
+        """Raise UnrunnableRequestError (a ValueError) with a readable message if the request cannot run."""
         self._prompt_ids(request)
 
     def submit(
         self, request: GenerationRequest, sink: RowSink, key: int = 0, mode: str = "speculative"
     ) -> RowHandle:
         """Queue one row; its tokens and result go to ``sink`` under ``key`` (from the
-        loop thread). Raises InvalidRequestError at once for a request that cannot run."""
+        loop thread). Raises UnrunnableRequestError at once for a request that cannot run."""
         return self.submit_many([request], sink, mode, keys=[key])[0]
 
     def submit_many(
@@ -242,9 +216,24 @@ class Engine:
         """The thread running iterations now (sink callbacks run on it), None when idle."""
         return self._thread
 
-    def snapshot(self) -> EngineSnapshot:
-        """The state after the last iteration (safe from any thread)."""
+    def snapshot(self) -> InstanceLoad:
+        """The load after the last iteration, as the scheduler admits by it (safe from any thread)."""
         return self._snapshot
+
+    @property
+    def acceptance(self) -> float:
+        """The instance-wide acceptance α measured so far (recent steps weigh most)."""
+        return self._acceptance.alpha
+
+    @property
+    def lookahead_steps(self) -> dict[int, int]:
+        """Decode steps run so far per K (0 = plain), for benchmarks and examples."""
+        return dict(self._lookahead_steps)
+
+    @property
+    def memory_peaks(self) -> MemoryPeaks:
+        """KV memory at its peak so far, against what a rectangular cache would have taken."""
+        return dataclasses.replace(self._memory)
 
     def generate(
         self,
@@ -262,7 +251,7 @@ class Engine:
         sink = BatchSink(len(requests), on_step, on_finished, is_cancelled)
         if not requests:
             return []
-        sink.bind(self, self.submit_many(requests, sink, mode))
+        sink.bind(self.cancel, self.submit_many(requests, sink, mode))
         return sink.wait()
 
     def score_choices(self, prompts: Sequence[str], labels: Sequence[Sequence[str]]) -> list[ChoiceScores]:
@@ -277,7 +266,7 @@ class Engine:
 
         Scoring on the loop keeps one thread on the device and makes a served instance's
         step time include the scoring it does. A row that cannot be scored raises
-        InvalidRequestError here, so it never fails the others scored beside it."""
+        UnrunnableRequestError here, so it never fails the others scored beside it."""
         check_scoring_row(self.pair, prompt, labels)
         with self._wake:
             self._incoming_scoring.append((prompt, tuple(labels), on_done))
@@ -293,23 +282,23 @@ class Engine:
             try:
                 ids = [int(t) for t in prompt]
             except (TypeError, ValueError):
-                raise InvalidRequestError("prompt must be a string or a sequence of token ids") from None
+                raise UnrunnableRequestError("prompt must be a string or a sequence of token ids") from None
             bad = [t for t in ids if not 0 <= t < self.pair.vocab_size]
             if bad:
-                raise InvalidRequestError(
+                raise UnrunnableRequestError(
                     f"prompt token ids out of range [0, {self.pair.vocab_size}): {bad[:5]}"
                 )
         if not ids:
-            raise InvalidRequestError("the prompt is empty")
+            raise UnrunnableRequestError("the prompt is empty")
         total = len(ids) + request.max_new_tokens
         if total > self.pair.max_context:
-            raise InvalidRequestError(
+            raise UnrunnableRequestError(
                 f"prompt ({len(ids)} tokens) + max_new_tokens ({request.max_new_tokens}) = {total} "
                 f"exceeds the model context of {self.pair.max_context} tokens"
             )
         needed = self.pool.blocks_for(total + MAX_LOOKAHEAD)
         if needed > self.pool.num_blocks:
-            raise InvalidRequestError(
+            raise UnrunnableRequestError(
                 f"prompt + max_new_tokens need {needed} KV blocks; this instance's pool has "
                 f"{self.pool.num_blocks}"
             )
@@ -542,30 +531,23 @@ class Engine:
         for row in [*self._running, *self._waiting]:
             self._finish(row, "error", message)
 
-    def snapshot_now(self) -> EngineSnapshot:
-        """The state this moment; only from the loop thread (inside a sink callback), where
+    def snapshot_now(self) -> InstanceLoad:
+        """The load this moment; only from the loop thread (inside a sink callback), where
         it already counts the blocks a finishing row handed back."""
         return self._take_snapshot()
 
-    def _take_snapshot(self) -> EngineSnapshot:
-        running = list(self._running)
-        return EngineSnapshot(
-            running=len(running),
+    def _take_snapshot(self) -> InstanceLoad:
+        return InstanceLoad(
+            running=len(self._running),
             waiting=len(self._waiting),
-            prefilling=sum(1 for r in running if not r.prefilled()),
             blocks_total=self.pool.num_blocks,
             blocks_free=self.pool.num_free,
             block_size=self.pool.block_size,
-            tokens_held=sum(r.primary_cached for r in running),
-            bytes_per_token=self.pair.kv_bytes_per_token,
-            held_blocks={r.handle.row_id: len(r.blocks) for r in running},
             step_seconds=self._step_seconds,
             seconds_per_token=self._seconds_per_token,
             lookahead=self.lookahead.k,
-            acceptance=self._acceptance.alpha,
             preemptions=self._preemptions,
-            lookahead_steps=dict(self._lookahead_steps),
-            memory=dataclasses.replace(self._memory),
+            max_rows=self.max_rows,
         )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-Record = Callable[[float], None]
+PassTimed = Callable[[float], None]
 
 
 class PassClock:
@@ -23,7 +23,7 @@ class PassClock:
 
     def __init__(self, device: torch.device) -> None:
         self._cuda = device.type == "cuda"
-        self._pending: list[tuple[torch.cuda.Event, torch.cuda.Event, Record]] = []
+        self._pending: list[tuple[torch.cuda.Event, torch.cuda.Event, PassTimed]] = []
 
     def start(self) -> object:
         if self._cuda:
@@ -32,7 +32,7 @@ class PassClock:
             return event
         return time.perf_counter()
 
-    def stop(self, started: object, record: Record) -> None:
+    def stop(self, started: object, record: PassTimed) -> None:
         if not self._cuda:
             record(time.perf_counter() - started)
             return

@@ -6,9 +6,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specbatch import acceptance
 
-class InvalidRequestError(ValueError):
-    """A generation request the engine refuses, with a message meant for the user."""
+
+class UnrunnableRequestError(ValueError):
+    """A request this engine cannot run (settings without meaning, a prompt out of range,
+    more tokens than the context or the KV pool holds), with a message meant for the user.
+
+    A ValueError, so a caller that guards against bad input catches it without knowing
+    the engine."""
 
 
 @dataclass(frozen=True)
@@ -37,26 +43,24 @@ class GenerationResult:
 
     @property
     def acceptance_rate(self) -> float:
-        if self.total_draft_tokens == 0:
-            return 0.0
-        return self.total_accepted_draft_tokens / self.total_draft_tokens
+        return acceptance.acceptance_rate(self.total_draft_tokens, self.total_accepted_draft_tokens)
 
 
 def check_sampling_settings(request: GenerationRequest) -> None:
     """Reject settings that have no meaning, before any compute is spent."""
     if isinstance(request.max_new_tokens, bool) or not isinstance(request.max_new_tokens, int):
-        raise InvalidRequestError(f"max_new_tokens must be an integer, got {request.max_new_tokens!r}")
+        raise UnrunnableRequestError(f"max_new_tokens must be an integer, got {request.max_new_tokens!r}")
     if request.max_new_tokens <= 0:
-        raise InvalidRequestError(f"max_new_tokens must be positive, got {request.max_new_tokens}")
+        raise UnrunnableRequestError(f"max_new_tokens must be positive, got {request.max_new_tokens}")
     temperature = float(request.temperature)
     if math.isnan(temperature) or temperature < 0:
-        raise InvalidRequestError(f"temperature must be a number >= 0, got {request.temperature}")
+        raise UnrunnableRequestError(f"temperature must be a number >= 0, got {request.temperature}")
     top_p = float(request.top_p)
     if math.isnan(top_p) or not 0 < top_p <= 1:
-        raise InvalidRequestError(f"top_p must be in (0, 1], got {request.top_p}")
+        raise UnrunnableRequestError(f"top_p must be in (0, 1], got {request.top_p}")
     if isinstance(request.top_k, bool) or not isinstance(request.top_k, int) or request.top_k < 0:
-        raise InvalidRequestError(f"top_k must be an integer >= 0 (0 = off), got {request.top_k!r}")
+        raise UnrunnableRequestError(f"top_k must be an integer >= 0 (0 = off), got {request.top_k!r}")
     if isinstance(request.stop, str):
-        raise InvalidRequestError("stop must be a sequence of strings, not a single string")
+        raise UnrunnableRequestError("stop must be a sequence of strings, not a single string")
     if any(not isinstance(s, str) or not s for s in request.stop):
-        raise InvalidRequestError("stop strings must be non-empty strings")
+        raise UnrunnableRequestError("stop strings must be non-empty strings")

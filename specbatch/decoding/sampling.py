@@ -32,8 +32,11 @@ from specbatch.decoding.thresholds import top_k_keep, top_p_keep
 
 
 @dataclass
-class SamplingParams:
-    """Per-row sampling settings as tensors [B] on the decoding device."""
+class SamplingTensors:
+    """The sampling settings of a step's rows as tensors [B] on the decoding device.
+
+    A request carries its settings as plain values; a step gathers those of the rows it
+    runs into these tensors, so every transform is one batched operation."""
 
     temperature: torch.Tensor
     top_p: torch.Tensor
@@ -42,15 +45,15 @@ class SamplingParams:
     @classmethod
     def from_lists(
         cls, temperature: Sequence[float], top_p: Sequence[float], top_k: Sequence[int], device: torch.device
-    ) -> SamplingParams:
+    ) -> SamplingTensors:
         return cls(
             temperature=torch.tensor(list(temperature), dtype=torch.float32, device=device),
             top_p=torch.tensor(list(top_p), dtype=torch.float32, device=device),
             top_k=torch.tensor(list(top_k), dtype=torch.long, device=device),
         )
 
-    def keep_rows(self, rows: torch.Tensor) -> SamplingParams:
-        return SamplingParams(self.temperature[rows], self.top_p[rows], self.top_k[rows])
+    def keep_rows(self, rows: torch.Tensor) -> SamplingTensors:
+        return SamplingTensors(self.temperature[rows], self.top_p[rows], self.top_k[rows])
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ class SamplingFeatures:
 
 
 def probabilities(
-    logits: torch.Tensor, params: SamplingParams, features: SamplingFeatures | None = None
+    logits: torch.Tensor, params: SamplingTensors, features: SamplingFeatures | None = None
 ) -> torch.Tensor:
     """Distributions [B, M, V] from logits [B, M, V] under each row's settings;
     ``features`` may leave out transforms no row of the batch uses (default: every

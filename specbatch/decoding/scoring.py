@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specbatch.decoding.kv_blocks import dense_pool, layout_for
-from specbatch.decoding.requests import InvalidRequestError
+from specbatch.decoding.requests import UnrunnableRequestError
 
 if TYPE_CHECKING:
     from specbatch.decoding.pair import ModelPair
@@ -36,20 +36,20 @@ def _encode(pair: ModelPair, text: str) -> list[int]:
 def check_scoring_row(
     pair: ModelPair, prompt: str, labels: Sequence[str], index: int = 0
 ) -> tuple[list[int], list[list[int]]]:
-    """The row's prompt and label token ids; InvalidRequestError if it cannot be scored."""
+    """The row's prompt and label token ids; UnrunnableRequestError if it cannot be scored."""
     ids = _encode(pair, prompt)
     row_ids = [_encode(pair, label) for label in labels]
     if not ids:
-        raise InvalidRequestError(f"prompt {index} is empty")
+        raise UnrunnableRequestError(f"prompt {index} is empty")
     if not labels:
-        raise InvalidRequestError(f"prompt {index} has no labels to score")
+        raise UnrunnableRequestError(f"prompt {index} has no labels to score")
     if any(not t for t in row_ids):
-        raise InvalidRequestError(f"prompt {index} has an empty label")
+        raise UnrunnableRequestError(f"prompt {index} has an empty label")
     if len(set(labels)) != len(labels):
-        raise InvalidRequestError(f"prompt {index} has duplicate labels")
+        raise UnrunnableRequestError(f"prompt {index} has duplicate labels")
     longest = len(ids) + max(len(t) for t in row_ids)
     if longest > pair.max_context:
-        raise InvalidRequestError(f"prompt {index} ({longest} tokens with its label) exceeds the context")
+        raise UnrunnableRequestError(f"prompt {index} ({longest} tokens with its label) exceeds the context")
     return ids, row_ids
 
 
@@ -57,7 +57,7 @@ def score_choices(
     pair: ModelPair, prompts: Sequence[str], labels: Sequence[Sequence[str]]
 ) -> list[ChoiceScores]:
     if len(prompts) != len(labels):
-        raise InvalidRequestError(f"{len(prompts)} prompts but {len(labels)} label lists")
+        raise UnrunnableRequestError(f"{len(prompts)} prompts but {len(labels)} label lists")
     if not prompts:
         return []
     checked = [

@@ -17,7 +17,9 @@ from specbatch.decoding.sampling import sample
 
 
 @dataclass
-class Verdict:
+class DraftVerdict:
+    """What verification decided per row: how many drafted tokens stay, and the token after them."""
+
     accepted: torch.Tensor  # [B] number of leading draft tokens kept, 0..K
     next_token: torch.Tensor  # [B] correction (residual) or bonus token
 
@@ -29,7 +31,7 @@ def verify(
     accept_uniforms: torch.Tensor,
     next_uniforms: torch.Tensor,
     lookahead: torch.Tensor | None = None,
-) -> Verdict:
+) -> DraftVerdict:
     """``draft_tokens`` [B, K] were sampled from ``draft_probs`` [B, K, V];
     ``target_probs`` [B, K+1, V] are the target's distributions after the pending token
     and after each draft token. Uniforms: [B, K] for the acceptance tests and [B, K+1]
@@ -55,12 +57,12 @@ def verify(
     degenerate = residual.sum(-1, keepdim=True) <= 0
     distribution = torch.where(all_accepted | degenerate, p_next, residual)
     chosen_uniform = next_uniforms.gather(1, accepted.unsqueeze(1)).squeeze(1)
-    return Verdict(accepted=accepted, next_token=sample(distribution, chosen_uniform))
+    return DraftVerdict(accepted=accepted, next_token=sample(distribution, chosen_uniform))
 
 
 def verify_coupled(
     draft_tokens: torch.Tensor, target_choice: torch.Tensor, lookahead: torch.Tensor | None = None
-) -> Verdict:
+) -> DraftVerdict:
     """Gumbel-coupled verification: ``target_choice`` [B, K+1] is the target's own
     Gumbel-max draw at each position; a draft token is kept while it equals that draw,
     and the draw at the first mismatch (or after K matches) comes next. ``lookahead``
@@ -69,7 +71,8 @@ def verify_coupled(
     lookahead = _real_lookahead(lookahead, batch, width, draft_tokens.device)
     matches = ((draft_tokens == target_choice[:, :width]) & _real_columns(lookahead, width)).to(torch.long)
     accepted = matches.cumprod(dim=1).sum(dim=1)
-    return Verdict(accepted=accepted, next_token=target_choice.gather(1, accepted.unsqueeze(1)).squeeze(1))
+    next_token = target_choice.gather(1, accepted.unsqueeze(1)).squeeze(1)
+    return DraftVerdict(accepted=accepted, next_token=next_token)
 
 
 def _real_lookahead(

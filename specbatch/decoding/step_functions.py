@@ -22,8 +22,8 @@ from specbatch.decoding import counter_random
 from specbatch.decoding.attention import Attention
 from specbatch.decoding.kv_blocks import KVStore
 from specbatch.decoding.models import Geometry, ModelWeights, hidden_states, project_logits
-from specbatch.decoding.sampling import SamplingFeatures, SamplingParams, draw, gumbel_argmax, probabilities
-from specbatch.decoding.speculative import Verdict, verify, verify_coupled
+from specbatch.decoding.sampling import SamplingFeatures, SamplingTensors, draw, gumbel_argmax, probabilities
+from specbatch.decoding.speculative import DraftVerdict, verify, verify_coupled
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Feed:
 class Draws:
     """Per-row sampling settings and random-stream keys [B]."""
 
-    params: SamplingParams
+    params: SamplingTensors
     seeds: torch.Tensor
     coupled: torch.Tensor
 
@@ -125,7 +125,7 @@ def verify_step(
     if features.coupled:
         noise = counter_random.gumbel_noise(draws.seeds, token_positions, target_probs.shape[-1])
         gumbel = verify_coupled(drafts, gumbel_argmax(target_probs, noise), lookahead)
-        verdict = Verdict(
+        verdict = DraftVerdict(
             accepted=torch.where(draws.coupled, gumbel.accepted, verdict.accepted),
             next_token=torch.where(draws.coupled, gumbel.next_token, verdict.next_token),
         )

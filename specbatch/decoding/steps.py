@@ -32,7 +32,7 @@ from specbatch.decoding.models import Qwen3Forward
 from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.pass_clock import PassClock
 from specbatch.decoding.rows import Row
-from specbatch.decoding.sampling import SamplingFeatures, SamplingParams
+from specbatch.decoding.sampling import SamplingFeatures, SamplingTensors
 from specbatch.decoding.step_functions import Draws, Feed, Network
 
 # A speculative step's first draft pass feeds at most this many tokens per row (the
@@ -136,7 +136,7 @@ class StepRunner:
         top_p = [q.top_p for q in requests] + [1.0] * pad
         top_k = [q.top_k for q in requests] + [0] * pad
         coupled = [r.coupled for r in rows] + [False] * pad
-        params = SamplingParams(
+        params = SamplingTensors(
             self._tensor(temperature, torch.float32),
             self._tensor(top_p, torch.float32),
             self._tensor(top_k, torch.long),

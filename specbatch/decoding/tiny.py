@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from specbatch.acceptance import acceptance_rate
+
 logger = logging.getLogger(__name__)
 
 
@@ -167,7 +169,7 @@ def measure_acceptance(
     ]
     results = engine.generate(requests, mode="speculative")
     drafted = sum(r.total_draft_tokens for r in results)
-    return sum(r.total_accepted_draft_tokens for r in results) / drafted
+    return acceptance_rate(drafted, sum(r.total_accepted_draft_tokens for r in results))
 
 
 def calibrate_epsilon(

@@ -18,7 +18,7 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # whose False value opens the assistant turn with an empty think block (non-thinking mode).
 CHAT_TEMPLATE = (Path(__file__).with_name("qwen3_chat_template.jinja")).read_text().rstrip("\n")
 
-_WORDS = " ".join(
+_CORPUS_WORDS = " ".join(
     (
         "the a an of to and in is it that for on with as was by this be are from or at which not have one",
         "all their has can more will about when there other who what into time only new some could these",
@@ -53,7 +53,7 @@ def corpus(lines: int = 4000, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
 
     def sentence() -> str:
-        return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 14)))
+        return " ".join(rng.choice(_CORPUS_WORDS) for _ in range(rng.randint(4, 14)))
 
     out = []
     for _ in range(lines):
@@ -62,7 +62,7 @@ def corpus(lines: int = 4000, seed: int = 0) -> list[str]:
             template = (
                 template.replace("{s}", sentence(), 1)
                 .replace("{S}", sentence().capitalize(), 1)
-                .replace("{w}", rng.choice(_WORDS), 1)
+                .replace("{w}", rng.choice(_CORPUS_WORDS), 1)
                 .replace("{n}", str(rng.randint(0, 99)), 1)
                 .replace("{m}", str(rng.randint(0, 99)), 1)
             )

@@ -1,6 +1,6 @@
 """The blocking face of the engine: submit a list of requests, wait for all of them.
 
-Scripts, tests and the static-batch worker call :meth:`Engine.generate`; this sink
+Scripts, benchmarks and tests call :meth:`Engine.generate`; this sink
 collects that call's rows, forwards per-step tokens and per-row results to the
 caller's callbacks, turns ``is_cancelled`` answers into cancellations, and wakes the
 caller when the last row is done.
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from specbatch.decoding.requests import GenerationResult
-
-if TYPE_CHECKING:
-    from specbatch.decoding.engine import Engine
-    from specbatch.decoding.rows import RowHandle
+from specbatch.decoding.rows import RowHandle
 
 
 class BatchSink:
+    """The sink of one :meth:`Engine.generate` call. It is handed the engine's ``cancel``
+    rather than the engine, so this module needs nothing from the engine's."""
+
     def __init__(
         self,
         count: int,
@@ -32,15 +31,16 @@ class BatchSink:
         self._on_step = on_step
         self._on_finished = on_finished
         self._is_cancelled = is_cancelled
-        self._engine: Engine | None = None
+        self._cancel: Callable[[RowHandle], None] | None = None
         self._handles: Sequence[RowHandle] = ()
         self._done = threading.Event()
         self._bound = threading.Event()
         if count == 0:
             self._done.set()
 
-    def bind(self, engine: Engine, handles: Sequence[RowHandle]) -> None:
-        self._engine, self._handles = engine, handles
+    def bind(self, cancel: Callable[[RowHandle], None], handles: Sequence[RowHandle]) -> None:
+        """The rows were queued: ``is_cancelled`` answers may now cancel them."""
+        self._cancel, self._handles = cancel, handles
         self._bound.set()
 
     def on_tokens(self, updates: dict[int, list[int]]) -> None:
@@ -49,7 +49,7 @@ class BatchSink:
         if self._is_cancelled is not None and self._bound.wait():
             for key, result in enumerate(self._results):
                 if result is None and self._is_cancelled(key):
-                    self._engine.cancel(self._handles[key])
+                    self._cancel(self._handles[key])
 
     def on_finished(self, key: int, result: GenerationResult) -> None:
         self._results[key] = result

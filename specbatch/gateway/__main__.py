@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def run_gateway(args: argparse.Namespace) -> None:
     runners = []
     apps = []
     for port, upstream in args.listen:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--max-body-bytes must be between 1 and {MAX_BODY_CEILING}")
     if args.supervise and not os.environ.get(ADMIN_KEY_ENV):
         raise SystemExit(f"--supervise reloads models through the repository API: set {ADMIN_KEY_ENV}")
-    asyncio.run(serve(args))
+    asyncio.run(run_gateway(args))
 
 
 if __name__ == "__main__":

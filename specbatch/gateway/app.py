@@ -57,7 +57,7 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-UPSTREAM = web.AppKey("upstream", str)
+TRITON_URL = web.AppKey("upstream", str)
 MAX_BODY = web.AppKey("max_body", int)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 HELD = web.AppKey("held", HeldRequests)
@@ -72,7 +72,7 @@ def build_app(upstream: str, max_body: int = DEFAULT_MAX_BODY) -> web.Applicatio
             f"max_body must be between 1 and {MAX_BODY_CEILING} bytes: Triton 2.51 dies on larger bodies"
         )
     app = web.Application(client_max_size=max_body, middlewares=[_limit_body])
-    app[UPSTREAM] = upstream.rstrip("/")
+    app[TRITON_URL] = upstream.rstrip("/")
     app[MAX_BODY] = max_body
     app[HELD] = HeldRequests()
     app.on_startup.append(_open_session)
@@ -94,7 +94,7 @@ async def _limit_body(request: web.Request, handler) -> web.StreamResponse:
 
 
 @dataclass
-class _Sink:
+class _ResponseSlot:
     """The response once its status has gone out (a stream), else None."""
 
     response: web.StreamResponse | None = None
@@ -103,7 +103,7 @@ class _Sink:
 async def forward(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     if not request.path.startswith(THROUGH_SCHEDULER):
-        return await _forward(request, body, _Sink())
+        return await _forward(request, body, _ResponseSlot())
     with request.app[HELD].waiting() as failed:
         return await _forward_unless_failed(request, body, failed)
 
@@ -112,7 +112,7 @@ async def _forward_unless_failed(
     request: web.Request, body: bytes, failed: asyncio.Future[str]
 ) -> web.StreamResponse:
     """Forward, but answer with ``failed``'s message if it is set first (the scheduler died)."""
-    sink = _Sink()
+    sink = _ResponseSlot()
     relay = asyncio.ensure_future(_forward(request, body, sink))
     try:
         await asyncio.wait({relay, failed}, return_when=asyncio.FIRST_COMPLETED)
@@ -131,9 +131,9 @@ async def _forward_unless_failed(
     return sink.response
 
 
-async def _forward(request: web.Request, body: bytes, sink: _Sink) -> web.StreamResponse:
+async def _forward(request: web.Request, body: bytes, sink: _ResponseSlot) -> web.StreamResponse:
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-    url = request.app[UPSTREAM] + request.rel_url.path_qs
+    url = request.app[TRITON_URL] + request.rel_url.path_qs
     try:
         async with request.app[SESSION].request(
             request.method, url, headers=headers, data=body, allow_redirects=False
@@ -147,7 +147,7 @@ async def _forward(request: web.Request, body: bytes, sink: _Sink) -> web.Stream
 
 
 async def _relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, sink: _Sink
+    request: web.Request, upstream: aiohttp.ClientResponse, sink: _ResponseSlot
 ) -> web.StreamResponse:
     headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
     if request.path.startswith("/v2/health/") and upstream.status == 400:

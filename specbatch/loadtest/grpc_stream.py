@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass
 
 import numpy as np
+from specbatch_client.api import MODEL
 
-MODEL = "specbatch"
 GRPC_HOST_ENV = "SPECBATCH_GRPC_HOST"
 FAILED_FINISH_REASONS = ("error", "cancelled")
 
@@ -61,7 +61,7 @@ def _tensor(grpcclient, name: str, array: np.ndarray):
     return tensor
 
 
-def _first(result, name: str, default: object) -> object:
+def _first_value(result, name: str, default: object) -> object:
     array = result.as_numpy(name)
     if array is None or array.size == 0:
         return default
@@ -135,7 +135,7 @@ class StreamingGenerateClient:
                 if result.get_response().id != request_id:
                     continue
                 if not _is_final(result):
-                    if _first(result, "finish_reason", "") == "":
+                    if _first_value(result, "finish_reason", "") == "":
                         first_delta = arrived if first_delta is None else first_delta
                     else:
                         answer = result
@@ -156,9 +156,9 @@ class StreamingGenerateClient:
             start=start,
             first_delta=first_delta,
             end=end,
-            finish_reason=str(_first(result, "finish_reason", "")),
-            output_tokens=int(_first(result, "num_output_tokens", 0)),
-            error=str(_first(result, "error", "")),
+            finish_reason=str(_first_value(result, "finish_reason", "")),
+            output_tokens=int(_first_value(result, "num_output_tokens", 0)),
+            error=str(_first_value(result, "error", "")),
         )
 
     def close(self) -> None:

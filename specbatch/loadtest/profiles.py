@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-TASKS = ("graph", "mmlu", "infobench")
+from specbatch.routing.classify import TASKS
+
 CLIENTS = ("grpc_stream", "http")
 ARRIVAL_SHAPES = ("constant", "poisson", "bursts")
 PROFILE_ENV = "SPECBATCH_LOADTEST_PROFILE"

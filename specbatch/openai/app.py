@@ -43,13 +43,13 @@ class Front:
         self.held = HeldRequests()
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [_model(name) for name in self.served]})
+        return web.json_response({"object": "list", "data": [_model_card(name) for name in self.served]})
 
     async def model(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
         if name not in self.served:
             return _error(_unknown_model(name, self.served))
-        return web.json_response(_model(name))
+        return web.json_response(_model_card(name))
 
     async def health(self, request: web.Request) -> web.Response:
         ready = await request.app[UPSTREAM].ready()
@@ -170,7 +170,7 @@ def _raise_prompt_errors(outcomes: list[Outcome]) -> None:
         raise OpenAIError(400, message if len(outcomes) > 1 else failed[0][1], param="prompt")
 
 
-def _model(name: str) -> dict:
+def _model_card(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "specbatch"}
 
 

@@ -142,16 +142,16 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         raise bad_request("stream_options.include_usage must be true or false", "stream_options")
     return {
         "model": model,
-        "max_tokens": _integer(max_tokens, "max_tokens"),
-        "temperature": _number(body.get("temperature"), "temperature", 0.0, 2.0),
-        "top_p": _number(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
+        "max_tokens": _positive_integer(max_tokens, "max_tokens"),
+        "temperature": _number_within(body.get("temperature"), "temperature", 0.0, 2.0),
+        "top_p": _number_within(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
         "stop": _stop(body.get("stop")),
         "stream": stream,
         "include_usage": include_usage,
     }
 
 
-def _integer(value: Any, name: str) -> int | None:
+def _positive_integer(value: Any, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -159,7 +159,7 @@ def _integer(value: Any, name: str) -> int | None:
     return value
 
 
-def _number(value: Any, name: str, low: float, high: float, open_low: bool = False) -> float | None:
+def _number_within(value: Any, name: str, low: float, high: float, open_low: bool = False) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):

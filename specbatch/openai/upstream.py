@@ -10,8 +10,9 @@ one decode step. A unit test holds this mapping to ensemble/specbatch/config.pbt
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -22,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from specbatch.openai.errors import OpenAIError, from_pipeline
 from specbatch.openai.requests import Call
 
-ROUTER_OUTPUTS = ("routed_task", "predicted_tokens", "route_error")
+ROUTER_OUTPUTS = ("routed_task", "route_error")
 SCHEDULER_OUTPUTS = (
     "text_output",
     "index",
@@ -82,28 +83,23 @@ class TritonUpstream:
         responses = self._client.stream_infer(_one(self._scheduler_request(call, routed)))
         finished = False
         try:
-            async for result, error in responses:
-                if error is not None:
-                    finished = True
-                    raise from_pipeline(error.message())
-                response = result.get_response()
-                final = response.parameters["triton_final_response"].bool_param
-                outputs = {name: result.as_numpy(name) for name in SCHEDULER_OUTPUTS}
-                if final:
-                    finished = True
-                    yield _outcomes(outputs)
-                    return
-                for index, text in zip(
-                    outputs["index"].reshape(-1), _texts(outputs["text_output"]), strict=True
-                ):
-                    yield Delta(int(index), text)
-            raise OpenAIError(502, "the pipeline closed the stream without a final response")
-        except InferenceServerException as exc:
-            raise _transport_error(exc) from None
-        except grpc.RpcError as exc:  # the stream broke: tritonserver went away mid-request
-            raise OpenAIError(
-                503, f"the inference server is unavailable: {exc}", code="unavailable"
-            ) from None
+            with _upstream_errors():
+                async for result, error in responses:
+                    if error is not None:
+                        finished = True
+                        raise from_pipeline(error.message())
+                    response = result.get_response()
+                    final = response.parameters["triton_final_response"].bool_param
+                    outputs = {name: result.as_numpy(name) for name in SCHEDULER_OUTPUTS}
+                    if final:
+                        finished = True
+                        yield _outcomes(outputs)
+                        return
+                    for index, text in zip(
+                        outputs["index"].reshape(-1), _texts(outputs["text_output"]), strict=True
+                    ):
+                        yield Delta(int(index), text)
+                raise OpenAIError(502, "the pipeline closed the stream without a final response")
         finally:
             if not finished:
                 responses.cancel()
@@ -112,14 +108,8 @@ class TritonUpstream:
         text = grpcclient.InferInput("text_input", [1, len(prompts)], "BYTES")
         text.set_data_from_numpy(_strings(prompts))
         outputs = [grpcclient.InferRequestedOutput(name) for name in ROUTER_OUTPUTS]
-        try:
+        with _upstream_errors():
             result = await self._client.infer(self._router, [text], outputs=outputs)
-        except InferenceServerException as exc:
-            raise _transport_error(exc) from None
-        except grpc.RpcError as exc:  # the stream broke: tritonserver went away mid-request
-            raise OpenAIError(
-                503, f"the inference server is unavailable: {exc}", code="unavailable"
-            ) from None
         return {name: result.as_numpy(name) for name in ROUTER_OUTPUTS}
 
     def _scheduler_request(self, call: Call, routed: dict[str, np.ndarray]) -> dict:
@@ -188,9 +178,20 @@ def _outcomes(outputs: dict[str, np.ndarray]) -> list[Outcome]:
     return [by_index[index] for index in sorted(by_index)]
 
 
-def _transport_error(exc: InferenceServerException) -> OpenAIError:
-    """Triton unreachable or not serving is 503; a refused request is the pipeline's own error."""
-    status = str(exc.status() or "")
-    if "UNAVAILABLE" in status or "UNIMPLEMENTED" in status or "CANCELLED" in status:
-        return OpenAIError(503, f"the inference server is unavailable: {exc.message()}", code="unavailable")
-    return from_pipeline(exc.message() or str(exc))
+@contextlib.contextmanager
+def _upstream_errors() -> Iterator[None]:
+    """Triton's failures as the client's errors: Triton unreachable, not serving or gone
+    mid-stream is 503; a refused request is the pipeline's own error."""
+    try:
+        yield
+    except InferenceServerException as exc:
+        status = str(exc.status() or "")
+        if "UNAVAILABLE" in status or "UNIMPLEMENTED" in status or "CANCELLED" in status:
+            raise _unavailable(exc.message()) from None
+        raise from_pipeline(exc.message() or str(exc)) from None
+    except grpc.RpcError as exc:  # the stream broke: tritonserver went away mid-request
+        raise _unavailable(str(exc)) from None
+
+
+def _unavailable(detail: str) -> OpenAIError:
+    return OpenAIError(503, f"the inference server is unavailable: {detail}", code="unavailable")

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 TASKS = ("graph", "mmlu", "infobench")
 DEFAULT_TASK = "infobench"
+AMBIGUOUS = "ambiguous"  # the router's task for a prompt only the draft model can place
 
 Fallback = Callable[[str], str | None]
 # A graph prompt names paths, routes or nodes; anything else skips the graph reader.

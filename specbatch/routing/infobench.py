@@ -16,7 +16,7 @@ from .errors import RoutingError
 from .text import normalize_newlines
 
 _INSTRUCTION_MARKER = re.compile(r"^[ \t]*instruction[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE)
-_QUESTION_MARKER = re.compile(r"^[ \t]*(?:question|input)[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE)
+_INPUT_MARKER = re.compile(r"^[ \t]*(?:question|input)[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE)
 _GENERATION_CUE = re.compile(r"\n?[ \t]*generation[ \t]*:[ \t]*$", re.IGNORECASE)
 _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
@@ -64,7 +64,7 @@ def parse_infobench(prompt: str) -> InfoBenchPrompt:
         given_input = parts[1].strip() if len(parts) > 1 else ""
         return InfoBenchPrompt(instruction, given_input, "dataset")
     body = _GENERATION_CUE.sub("", text[marker.end() :])
-    question = _QUESTION_MARKER.search(body)
+    question = _INPUT_MARKER.search(body)
     instruction = (body[: question.start()] if question else body).strip()
     given_input = body[question.end() :].strip() if question else ""
     if not instruction:

@@ -27,10 +27,10 @@ _NUMBER_WORDS = {
     "a": 1, "an": 1, "one": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
     "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20,
 }
-_COUNT = r"(\d{1,4}|" + "|".join(_NUMBER_WORDS) + r")"
-_WORDS = re.compile(rf"\b{_COUNT}[\s-]+words?\b", re.IGNORECASE)
-_SENTENCES = re.compile(rf"\b{_COUNT}[\s-]+(?:short\s+|brief\s+|concise\s+)?sentences?\b", re.IGNORECASE)
-_PARAGRAPHS = re.compile(rf"\b{_COUNT}[\s-]+(?:short\s+)?paragraphs?\b", re.IGNORECASE)
+_AMOUNT = r"(\d{1,4}|" + "|".join(_NUMBER_WORDS) + r")"
+_WORDS = re.compile(rf"\b{_AMOUNT}[\s-]+words?\b", re.IGNORECASE)
+_SENTENCES = re.compile(rf"\b{_AMOUNT}[\s-]+(?:short\s+|brief\s+|concise\s+)?sentences?\b", re.IGNORECASE)
+_PARAGRAPHS = re.compile(rf"\b{_AMOUNT}[\s-]+(?:short\s+)?paragraphs?\b", re.IGNORECASE)
 _ITEMS = re.compile(
     r"\b(\d{1,3}|" + "|".join(w for w, n in _NUMBER_WORDS.items() if n > 1) + r")\s+(?:\w+\s+){0,2}"
     r"(?:tips|ideas|examples|reasons|ways|items|steps|questions|names|"
@@ -55,7 +55,7 @@ _CUES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("list", re.compile(r"\b(?:list|bullet|enumerate|brainstorm|outline)\b", re.IGNORECASE)),
 )
 _CUE_ESTIMATES = {"code": 380.0, "summary": 120.0, "essay": 650.0, "short": 20.0, "list": 220.0}
-_PATH_COUNT = re.compile(r"\btop[\s-]*(\d+)\b|\b(\d+)\s+shortest\b", re.IGNORECASE)
+_TOP_PATHS = re.compile(r"\btop[\s-]*(\d+)\b|\b(\d+)\s+shortest\b", re.IGNORECASE)
 
 
 def _count(token: str) -> int:
@@ -128,7 +128,7 @@ class LengthPredictor:
                 estimate = float(self.priors["infobench"])
             return cue, estimate
         if task == "graph":
-            paths = _PATH_COUNT.search(prompt)
+            paths = _TOP_PATHS.search(prompt)
             count = int(paths.group(1) or paths.group(2)) if paths else 1
             return "graph", self.priors["graph"] * (0.5 + 0.5 * count)
         if task == "mmlu":

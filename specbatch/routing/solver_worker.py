@@ -34,7 +34,7 @@ def answer(text: str) -> dict[str, str]:
         return {"error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
 
 
-def _send(message: dict) -> None:
+def _write_reply(message: dict) -> None:
     sys.stdout.buffer.write(json.dumps(message).encode() + b"\n")
     sys.stdout.buffer.flush()
 
@@ -42,9 +42,9 @@ def _send(message: dict) -> None:
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent("the graph solver")
-    _send(READY)
+    _write_reply(READY)
     for line in sys.stdin.buffer:
-        _send(answer(json.loads(line)["text"]))
+        _write_reply(answer(json.loads(line)["text"]))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """A seeded mixed workload of graph, mmlu and infobench prompts in their real renderings.
 
 Used by the routing benchmark, the load tests and the server tests, so it is a library
-function: the same ``(n, seed, mix)`` always gives the same prompts. Prompts follow
-DESIGN §3 word for word and then receive the perturbations clients really introduce:
-changed case, stray whitespace, CRLF line ends, an extra preamble, lost blank lines,
-other option-label styles. Graph prompts carry their exact answer, computed from the
-generated edge list (not from the text), so a parser can be checked against it.
+function: the same ``(n, seed, mix)`` always gives the same prompts. Prompts follow the
+renderings clients send word for word (graph questions; mmlu and infobench each in a
+request rendering with its markers and a bare dataset rendering without them) and then
+receive the perturbations clients really introduce: changed case, stray whitespace, CRLF
+line ends, an extra preamble, lost blank lines, other option-label styles. Graph prompts
+carry their exact answer, computed from the generated edge list (not from the text), so a
+parser can be checked against it.
 """
 
 from __future__ import annotations

@@ -4,15 +4,14 @@ Qwen3-8B is a chat model: without its template a raw prompt ends unpredictably o
 weights. A prompt that asks for chat (`chat` input) travels as its user turn plus a
 `ChatFormat` (earlier turns, the thinking switch, and for scoring the start of the
 assistant's answer), so the router and the task handlers still see the user's own
-text. The model instance renders it with the tokenizer's own chat template just before
-the engine; the scheduler renders the same way to count tokens against the context.
+text. The scheduler renders it with the target tokenizer's chat template
+(`specbatch.serving.target_text`) and sends the instance the rendered text.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from specbatch.serving.params import PromptError
 
@@ -64,20 +63,3 @@ def parse_history(raw: bytes | str | None) -> tuple[tuple[str, str], ...]:
             raise PromptError("chat_history: a system message may only come first")
         history.append((turn["role"], turn["content"]))
     return tuple(history)
-
-
-def render_chat(tokenizer: Any, content: str, chat: ChatFormat) -> str:
-    """The text the model continues: the conversation ending in this user turn, then the assistant's."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise PromptError("this model's tokenizer has no chat template; send the prompt without chat")
-    messages = [{"role": role, "content": text} for role, text in chat.history]
-    messages.append({"role": "user", "content": content})
-    rendered = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=chat.enable_thinking
-    )
-    return rendered + chat.assistant_prefix
-
-
-def model_prompt(tokenizer: Any, prompt: str, chat: ChatFormat | None) -> str:
-    """A work row's engine prompt: rendered when the row asked for chat, else as it came."""
-    return prompt if chat is None else render_chat(tokenizer, prompt, chat)

@@ -1,24 +1,105 @@
 """Fault injection for tests: prompts that make a chosen part of the server fail.
 
-Only with SPECBATCH_FAULT_INJECTION=1 in the server's environment: a prompt containing
+The serving path calls a `FaultHooks` object at a few points; the server's default
+hooks do nothing. Only with SPECBATCH_FAULT_INJECTION=1 in the server's environment
+does `fault_hooks()` return `PromptFaults`, where a prompt containing
 ``[[fault:scheduler]]`` makes the scheduler's loop raise while it schedules,
 ``[[fault:instance]]`` makes the engine step of the instance running it raise,
 ``[[fault:hang]]`` makes that engine step block for good (a hung instance), and
-``[[fault:reply]]`` makes building its final response raise. The tests use them to
-prove that every request still gets exactly one final answer.
+``[[fault:reply]]`` makes building its request's final response raise. The tests use
+them to prove that every request still gets exactly one final answer.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import weakref
+from collections.abc import Collection, Sequence
 
 ENV = "SPECBATCH_FAULT_INJECTION"
+logger = logging.getLogger(__name__)
 
 
 class InjectedFault(RuntimeError):
     """Raised on purpose by a marked prompt."""
 
 
-def marked(text: str, where: str) -> bool:
-    """Whether ``text`` asks for a fault at ``where`` and fault injection is on."""
-    return os.environ.get(ENV) == "1" and f"[[fault:{where}]]" in text
+class FaultHooks:
+    """The points where a test may break the serving path; here, each does nothing."""
+
+    def request_arrived(self, reply: object, prompts: Sequence[str]) -> None:
+        """The scheduler took a request answered through ``reply``."""
+
+    def before_schedule(self) -> None:
+        """The scheduler is about to shed and start prompts."""
+
+    def before_final(self, reply: object) -> None:
+        """``reply`` is about to build its request's final response."""
+
+    def row_started(self, row: int, prompt: str) -> None:
+        """An instance started ``row`` on its engine."""
+
+    def before_step(self, rows: Collection[int]) -> None:
+        """An instance's engine is about to step, holding ``rows``."""
+
+    def row_ended(self, row: int) -> None:
+        """An instance is done with ``row``."""
+
+
+class PromptFaults(FaultHooks):
+    """Faults asked for by markers in the prompts themselves."""
+
+    def __init__(self) -> None:
+        self._schedule_fault = False
+        self._reply_faults: weakref.WeakSet[object] = weakref.WeakSet()
+        self._lock = threading.Lock()  # rows start on the link's thread, steps on the engine's
+        self._failing_rows: set[int] = set()
+        self._hanging_rows: set[int] = set()
+
+    def request_arrived(self, reply: object, prompts: Sequence[str]) -> None:
+        self._schedule_fault |= any(_asks(p, "scheduler") for p in prompts)
+        if any(_asks(p, "reply") for p in prompts):
+            self._reply_faults.add(reply)
+
+    def before_schedule(self) -> None:
+        if self._schedule_fault:
+            self._schedule_fault = False
+            raise InjectedFault("injected scheduler fault")
+
+    def before_final(self, reply: object) -> None:
+        if reply in self._reply_faults:
+            self._reply_faults.discard(reply)
+            raise InjectedFault("injected reply fault")
+
+    def row_started(self, row: int, prompt: str) -> None:
+        with self._lock:
+            if _asks(prompt, "instance"):
+                self._failing_rows.add(row)
+            if _asks(prompt, "hang"):
+                self._hanging_rows.add(row)
+
+    def before_step(self, rows: Collection[int]) -> None:
+        with self._lock:
+            failing = not self._failing_rows.isdisjoint(rows)
+            hanging = not self._hanging_rows.isdisjoint(rows)
+        if failing:
+            raise InjectedFault("injected instance fault")
+        if hanging:
+            logger.error("injected hang")
+            threading.Event().wait()
+
+    def row_ended(self, row: int) -> None:
+        with self._lock:
+            self._failing_rows.discard(row)
+            self._hanging_rows.discard(row)
+
+
+def fault_hooks() -> FaultHooks:
+    """The hooks a server process wires in at start-up."""
+    return PromptFaults() if os.environ.get(ENV) == "1" else FaultHooks()
+
+
+def _asks(text: str, where: str) -> bool:
+    return f"[[fault:{where}]]" in text

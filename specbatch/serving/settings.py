@@ -76,6 +76,6 @@ class ModelSettings:
         return value
 
 
-def project_root(model_directory: str | Path) -> Path:
+def root_of_repository(model_directory: str | Path) -> Path:
     """The checkout (or install prefix) holding model_repository/, from a model's own directory."""
     return Path(model_directory).resolve().parent.parent

@@ -1,6 +1,5 @@
-"""The ensemble's output tensors (DESIGN §2) as numpy arrays, free of Triton's Python API.
-
-The model.py adapter only wraps these arrays in pb_utils tensors, so the packing is
+"""The output tensors of the ensemble and of qwen3_specdec as numpy arrays, free of
+Triton's Python API: the adapters only wrap them in pb_utils tensors, so the packing is
 tested without a server.
 """
 
@@ -10,9 +9,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specbatch.serving.wire import RowOutcome, strings
+from specbatch.serving.messages import RowOutcome
+from specbatch.triton.strings import strings
 
-_COUNTERS = ("num_input_tokens", "num_output_tokens", "total_draft_tokens", "total_accepted_draft_tokens")
+COUNTERS = ("num_input_tokens", "num_output_tokens", "total_draft_tokens", "total_accepted_draft_tokens")
+# What qwen3_specdec answers when it is called directly (Triton's own batcher, the baseline).
+DIRECT_OUTPUTS = ("text_output", "finish_reason", "error", *COUNTERS)
 
 
 def outcome_arrays(
@@ -34,7 +36,7 @@ def outcome_arrays(
         "acceptance_rate": np.array([o.acceptance_rate for o in outcomes], dtype=np.float32),
         "model_instance": strings([o.instance for o in outcomes]),
     }
-    for name in _COUNTERS:
+    for name in COUNTERS:
         arrays[name] = np.array([getattr(o, name) for o in outcomes], dtype=np.uint32)
     return arrays
 

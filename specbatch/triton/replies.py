@@ -10,24 +10,20 @@ from __future__ import annotations
 import contextlib
 import logging
 
-import triton_python_backend_utils as pb_utils
-
-from specbatch.serving.faults import InjectedFault
-from specbatch.serving.scheduler.outputs import delta_arrays, outcome_arrays
-from specbatch.serving.wire import RowOutcome
-from specbatch.triton.tensors import error_response, response
+from specbatch.serving.faults import FaultHooks
+from specbatch.serving.messages import RowOutcome
+from specbatch.triton.outputs import delta_arrays, outcome_arrays
+from specbatch.triton.tensors import FINAL, error_response, response
 
 logger = logging.getLogger(__name__)
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class TritonReply:
-    def __init__(self, request, sender, stream: bool, fault: bool = False) -> None:
-        """``fault``: one of the request's prompts asked for an injected reply fault."""
+    def __init__(self, request, sender, stream: bool, faults: FaultHooks) -> None:
         self._request = request
         self._sender = sender
         self._stream = stream
-        self._fault = fault
+        self._faults = faults
 
     def delta(self, index: int, task: str, text: str) -> None:
         try:
@@ -44,8 +40,7 @@ class TritonReply:
                 self._sender.send(error_response(f"the server failed to answer: {exc}"), flags=FINAL)
 
     def _send_final(self, outcomes: list[RowOutcome]) -> None:
-        if self._fault:
-            raise InjectedFault("injected reply fault")
+        self._faults.before_final(self)
         if all(o.finish_reason == "cancelled" for o in outcomes):
             final = error_response(outcomes[0].error, cancelled=True)
         elif len(outcomes) == 1 and outcomes[0].error:

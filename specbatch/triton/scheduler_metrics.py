@@ -6,8 +6,8 @@ import time
 
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.serving.latency import PromptTiming, SlaTargets
+from specbatch.serving.messages import RowOutcome
 from specbatch.serving.scheduler.core import SchedulerEvents
-from specbatch.serving.wire import RowOutcome
 from specbatch.triton.metrics import MetricRegistry, declare_outcome_counters
 
 LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
 
 def optional_array(request, name: str) -> np.ndarray | None:
     """The input as a flat numpy array, or None when the client left it out."""

@@ -112,7 +112,6 @@ def routed_inputs(prompt: str, max_tokens: int) -> dict:
     return {
         **stream_inputs([prompt], max_tokens),
         "routed_task": np.array([b"infobench"], dtype=np.object_),
-        "predicted_tokens": np.array([max_tokens], dtype=np.int32),
         "route_error": np.array([b""], dtype=np.object_),
     }
 

@@ -149,7 +149,6 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
     )
     routed = {
         "routed_task": np.array([[b"infobench"]], dtype=np.object_),
-        "predicted_tokens": np.array([[4]], dtype=np.int32),
         "route_error": np.array([[b""]], dtype=np.object_),
     }
     arrays = scheduler_arrays(call, routed)

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from specbatch.serving.scheduler.outputs import delta_arrays, outcome_arrays
-from specbatch.serving.wire import RowOutcome, texts
+from specbatch.serving.messages import RowOutcome
+from specbatch.triton.outputs import delta_arrays, outcome_arrays
+from specbatch.triton.strings import texts
 
 OUTCOMES = [
     RowOutcome("ünïcode", "infobench", "length", 5, 8, 10, 7, instance="specdec_1"),

@@ -32,36 +32,36 @@ def policy(**overrides) -> AdmissionPolicy:
 
 def test_least_slack_first_puts_a_lost_prompt_behind_those_that_can_still_make_it():
     admission = policy(max_rows=1)
-    admission.submit(request("old", arrival=0.0))
-    admission.submit(request("fresh", arrival=2.5))
+    admission.enqueue(request("old", arrival=0.0))
+    admission.enqueue(request("fresh", arrival=2.5))
     # at t=3 "old" has waited past its 2 s TTFT bound: it cannot meet its SLA any more
     assert [r.request_id for r in admission.admit("a", 3.0)] == ["fresh"]
 
 
 def test_least_slack_first_serves_the_earlier_deadline_first():
     admission = policy(max_rows=1)
-    admission.submit(request("later", arrival=0.5))
-    admission.submit(request("sooner", arrival=0.0))
+    admission.enqueue(request("later", arrival=0.5))
+    admission.enqueue(request("sooner", arrival=0.0))
     assert [r.request_id for r in admission.admit("a", 1.0)] == ["sooner"]
 
 
 def test_a_prompt_that_waited_past_the_starvation_bound_goes_first():
     admission = policy(max_rows=1, starvation_s=5.0)
-    admission.submit(request("starved", arrival=0.0))
-    admission.submit(request("fresh", arrival=5.5))
+    admission.enqueue(request("starved", arrival=0.0))
+    admission.enqueue(request("fresh", arrival=5.5))
     assert [r.request_id for r in admission.admit("a", 6.0)] == ["starved"]
 
 
 def test_fcfs_keeps_arrival_order():
     admission = policy(order="fcfs", max_rows=1, memory_aware=False, shed_deadlines=False)
-    admission.submit(request("old", arrival=0.0))
-    admission.submit(request("fresh", arrival=2.5))
+    admission.enqueue(request("old", arrival=0.0))
+    admission.enqueue(request("fresh", arrival=2.5))
     assert [r.request_id for r in admission.admit("a", 3.0)] == ["old"]
 
 
 def test_the_queue_bound_follows_the_estimated_capacity():
     admission = policy(queue_limit=1000, queue_min=4, queue_seconds=2.0, max_rows=10)
-    admission.submit(request(0, predicted=20))
+    admission.enqueue(request(0, predicted=20))
     # 10 rows x 20 tokens x 0.1 s/token: one row takes 2 s, 5 rows/s, 2 s of queue = 10
     assert admission.queue_bound() == 10
     admission.report(
@@ -72,18 +72,18 @@ def test_the_queue_bound_follows_the_estimated_capacity():
 
 def test_the_queue_is_bounded_and_refuses_at_once():
     admission = policy(queue_limit=2, queue_min=1)
-    admission.submit(request(1))
-    admission.submit(request(2))
+    admission.enqueue(request(1))
+    admission.enqueue(request(2))
     with pytest.raises(QueueFullError, match="overloaded"):
-        admission.submit(request(3))
+        admission.enqueue(request(3))
     assert admission.queued == 2
 
 
 def test_a_deadline_that_cannot_be_met_is_shed_early_and_a_meetable_one_kept():
     admission = policy()
     # 100 predicted tokens at the 0.1 s/token estimate take 10 s: 5 s left is not enough
-    admission.submit(request("hopeless", predicted=100, deadline=5.0))
-    admission.submit(request("fine", predicted=10, deadline=5.0))
+    admission.enqueue(request("hopeless", predicted=100, deadline=5.0))
+    admission.enqueue(request("fine", predicted=10, deadline=5.0))
     assert [r.request_id for r in admission.shed(0.0)] == ["hopeless"]
     assert admission.queued == 1
     assert [r.request_id for r in admission.shed(5.0)] == ["fine"]  # its deadline passed
@@ -92,21 +92,21 @@ def test_a_deadline_that_cannot_be_met_is_shed_early_and_a_meetable_one_kept():
 def test_b_mem_admits_what_fits_in_the_real_free_blocks_and_skips_to_a_shorter_prompt():
     admission = policy()
     admission.report("a", InstanceLoad(blocks_total=10, blocks_free=10, block_size=16, max_rows=64))
-    admission.submit(request("long", arrival=0.0, predicted=150, input_tokens=20))  # 170 > 160 tokens
-    admission.submit(request("short", arrival=0.1, predicted=40, input_tokens=20))
+    admission.enqueue(request("long", arrival=0.0, predicted=150, input_tokens=20))  # 170 > 160 tokens
+    admission.enqueue(request("short", arrival=0.1, predicted=40, input_tokens=20))
     assert [r.request_id for r in admission.admit("a", 0.2)] == ["short"]
 
 
 def test_b_mem_counts_what_running_rows_will_still_grow_into():
     admission = policy()
     admission.report("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16, max_rows=64))
-    admission.submit(request("first", predicted=200, input_tokens=20))
+    admission.enqueue(request("first", predicted=200, input_tokens=20))
     assert len(admission.admit("a", 0.0)) == 1
     # the instance now holds 2 blocks for it, but the row will grow to 220 tokens
     admission.report(
         "a", InstanceLoad(running=1, blocks_total=20, blocks_free=18, block_size=16, max_rows=64)
     )
-    admission.submit(request("second", arrival=0.1, predicted=200, input_tokens=20))
+    admission.enqueue(request("second", arrival=0.1, predicted=200, input_tokens=20))
     assert admission.admit("a", 0.2) == []
     admission.finished("a", request("first", predicted=200, input_tokens=20), 200)
     admission.report("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16, max_rows=64))
@@ -116,8 +116,8 @@ def test_b_mem_counts_what_running_rows_will_still_grow_into():
 def test_fcfs_does_not_let_a_shorter_prompt_overtake_a_head_that_does_not_fit():
     admission = policy(order="fcfs", memory_aware=False)
     admission.report("a", InstanceLoad(blocks_total=2, blocks_free=2, block_size=16, max_rows=64))
-    admission.submit(request("big", input_tokens=100))
-    admission.submit(request("small", input_tokens=5))
+    admission.enqueue(request("big", input_tokens=100))
+    admission.enqueue(request("small", input_tokens=5))
     assert admission.admit("a", 0.0) == []
 
 
@@ -135,7 +135,7 @@ def test_b_sla_shrinks_the_rows_an_instance_may_run_when_tokens_come_too_slowly(
 
 def test_an_instance_that_is_removed_hands_back_the_keys_it_was_running():
     admission = policy()
-    admission.submit(request("x"))
+    admission.enqueue(request("x"))
     admission.admit("a", 0.0)
     assert admission.remove_instance("a") == ["x"]
 
@@ -195,11 +195,11 @@ def test_light_load_spreads_over_instances_and_fills_each_only_to_its_cap():
     admission = policy(max_rows=2)
     admission.add_instance("b", ROOMY)
     for key in ("p0", "p1", "p2"):
-        admission.submit(request(key))
+        admission.enqueue(request(key))
     started = admission.admit_spread(0.0)
     assert {name: len(rows) for name, rows in started.items()} == {"a": 2, "b": 1}
-    admission.submit(request("p3"))
-    admission.submit(request("p4"))
+    admission.enqueue(request("p3"))
+    admission.enqueue(request("p4"))
     assert {name: [r.request_id for r in rows] for name, rows in admission.admit_spread(0.0).items()} == {
         "b": ["p3"]
     }, "b had room for one more; a was full"

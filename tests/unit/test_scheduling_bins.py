@@ -6,15 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specbatch.scheduling import (
-    BinBoundaries,
-    PolicyConfig,
-    PolicyConfigError,
-    QueuedRequest,
-    SchedulingPolicy,
-    equal_mass_cuts,
-    equally_spaced_cuts,
-)
+from specbatch.scheduling import PolicyConfigError, QueuedRequest
+from specbatch.scheduling.bins import equal_mass_cuts, equally_spaced_cuts
+from specbatch.scheduling.static import PolicyConfig, SchedulingPolicy
 
 
 def _request(i: int, predicted: float, arrival: float = 0.0) -> QueuedRequest:
@@ -38,7 +32,7 @@ def test_equal_mass_cuts_are_the_empirical_quantiles() -> None:
 )
 def test_equal_mass_cuts_give_each_bin_an_equal_share(values: list[float], num_bins: int) -> None:
     config = PolicyConfig(num_bins=num_bins, boundaries=equal_mass_cuts(values, num_bins), max_len=10_000)
-    boundaries = BinBoundaries.from_config(config)
+    boundaries = config.bin_boundaries()
     counts = [0] * num_bins
     for value in values:
         counts[boundaries.assign(value)] += 1
@@ -55,7 +49,7 @@ def test_equal_mass_boundaries_follow_recent_predictions_and_refresh_periodicall
         boundary_refresh_every=5,
         boundary_min_samples=10,
     )
-    boundaries = BinBoundaries.from_config(config)
+    boundaries = config.bin_boundaries()
     assert boundaries.cuts == [500.0]
     for value in range(10):
         boundaries.observe(value)
@@ -109,7 +103,7 @@ def test_explicit_boundaries_must_match_the_bin_count() -> None:
         PolicyConfig(num_bins=3, boundaries=[10.0])
     with pytest.raises(PolicyConfigError, match="ascending"):
         PolicyConfig(num_bins=3, boundaries=[10.0, 5.0])
-    assert BinBoundaries.from_config(PolicyConfig(num_bins=3, boundaries=[10, 50])).assign(50) == 2
+    assert PolicyConfig(num_bins=3, boundaries=[10, 50]).bin_boundaries().assign(50) == 2
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specbatch.scheduling import RunningStats, SlaBatchController, memory_batch_size
+from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
+from specbatch.scheduling.static import memory_batch_size
 
 
 def test_running_stats_match_the_textbook_formulas() -> None:

@@ -8,14 +8,11 @@ from hypothesis import strategies as st
 
 from specbatch.scheduling import (
     DuplicateRequestError,
-    InvalidRequestError,
-    PolicyConfig,
+    InvalidPolicyInputError,
     QueuedRequest,
-    SchedulingPolicy,
     UnknownWorkerError,
-    WorkerStateError,
-    memory_batch_size,
 )
+from specbatch.scheduling.static import PolicyConfig, SchedulingPolicy, WorkerStateError, memory_batch_size
 
 
 def _request(
@@ -283,14 +280,14 @@ def test_misuse_is_reported_clearly() -> None:
     batch = policy.next_batch("w", 0.0)
     with pytest.raises(WorkerStateError):
         policy.next_batch("w", 0.0)
-    with pytest.raises(InvalidRequestError, match="output_tokens"):
+    with pytest.raises(InvalidPolicyInputError, match="output_tokens"):
         policy.on_batch_done("w", batch, 1.0, seconds_per_token=0.01, free_kv_tokens=10, output_tokens=[1, 2])
     policy.on_batch_done("w", batch, 1.0, seconds_per_token=0.01, free_kv_tokens=10, output_tokens=[1])
     with pytest.raises(WorkerStateError):
         policy.on_batch_done("w", batch, 1.0, seconds_per_token=0.01, free_kv_tokens=10, output_tokens=[1])
-    with pytest.raises(InvalidRequestError, match="predicted_tokens"):
+    with pytest.raises(InvalidPolicyInputError, match="predicted_tokens"):
         _request(1, -3)
-    with pytest.raises(InvalidRequestError, match="input_tokens"):
+    with pytest.raises(InvalidPolicyInputError, match="input_tokens"):
         _request(1, 3, inputs=-1)
 
 

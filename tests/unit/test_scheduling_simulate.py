@@ -7,27 +7,25 @@ import json
 import numpy as np
 import pytest
 
-from specbatch.scheduling import PolicyConfig, SimulationConfigError
-from specbatch.scheduling.simulate import (
+from specbatch.scheduling.simulate.__main__ import main
+from specbatch.scheduling.static import PolicyConfig, SimulationConfigError
+from specbatch.scheduling.static.simulate.cluster import ClusterConfig, ServiceTimeModel
+from specbatch.scheduling.static.simulate.engine import Simulator
+from specbatch.scheduling.static.simulate.experiments.scenarios import ServingScenario
+from specbatch.scheduling.static.simulate.experiments.theorem42 import theorem42_rows
+from specbatch.scheduling.static.simulate.theory import theoretical_multibin_throughput
+from specbatch.scheduling.static.simulate.workload import (
     BinConfusionPredictor,
-    ClusterConfig,
     EmpiricalLengths,
     GammaLengths,
     NoisyPredictor,
     OnOffArrivals,
     OraclePredictor,
     PoissonArrivals,
-    ServiceTimeModel,
-    Simulator,
+    SimulatedWorkload,
     StepArrivals,
     UniformLengths,
-    Workload,
-    make_workload,
-    theoretical_multibin_throughput,
 )
-from specbatch.scheduling.simulate.__main__ import main
-from specbatch.scheduling.simulate.experiments.common import ServingScenario
-from specbatch.scheduling.simulate.experiments.theorem42 import theorem42_rows
 
 
 def test_theorem42_closed_form_matches_the_papers_gains() -> None:
@@ -52,7 +50,7 @@ def test_cli_writes_theorem42_json_and_plot(tmp_path) -> None:
 
 
 def test_batch_time_is_a0_plus_a1_max_len_h_b() -> None:
-    workload = Workload(
+    workload = SimulatedWorkload(
         arrival_s=np.zeros(3),
         input_tokens=np.array([1, 2, 3]),
         output_tokens=np.array([5.0, 10.0, 7.0]),
@@ -71,7 +69,7 @@ def test_batch_time_is_a0_plus_a1_max_len_h_b() -> None:
 
 
 def test_kv_overflow_costs_extra_passes() -> None:
-    workload = Workload(
+    workload = SimulatedWorkload(
         arrival_s=np.zeros(2),
         input_tokens=np.array([50, 50]),
         output_tokens=np.array([10.0, 10.0]),
@@ -90,15 +88,7 @@ def test_kv_overflow_costs_extra_passes() -> None:
 
 def _serving_run(seed: int):
     scenario = ServingScenario()
-    workload = make_workload(
-        PoissonArrivals(2.0),
-        scenario.output_lengths,
-        scenario.predictor,
-        900.0,
-        seed,
-        input_lengths=scenario.input_lengths,
-        relative_deadline_s=scenario.deadline_s,
-    )
+    workload = scenario.workload(PoissonArrivals(2.0), 900.0, seed)
     return workload, Simulator(scenario.dynamic_policy(num_bins=4), scenario.cluster).run(
         workload, 900.0, warmup_s=90.0, drain_s=120.0
     )

@@ -1,46 +1,51 @@
 """Qwen3's chat format: the template the tiny tokenizer carries, per-prompt chat through
-admission, the wire and the instance's rendering."""
+intake, the scheduler's rendering, and the rendered text on the wire and at the instance."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from jinja2 import Template
+from serving_helpers import over_the_wire, word_target
 from transformers import AutoTokenizer
 
 from specbatch.decoding.tiny import build_tiny_pair, refresh_chat_template
-from specbatch.decoding.tokenizer_build import CHAT_TEMPLATE, build_tokenizer
-from specbatch.serving.chat import ChatFormat, model_prompt, parse_history, render_chat
+from specbatch.decoding.tokenizer_build import CHAT_TEMPLATE
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.serving.chat import ChatFormat, parse_history
 from specbatch.serving.instance.runner import InstanceRunner
+from specbatch.serving.messages import GENERATE, RowWork, Run
 from specbatch.serving.params import PromptError, ServingLimits
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
 from specbatch.serving.scheduler.tasks import SCORE
-from specbatch.serving.scheduler.tokens import load_token_counter
-from specbatch.serving.wire import (
-    GENERATE,
-    RowWork,
-    decode,
-    encode,
-    outcome_from_dict,
-    work_from_dict,
-    work_to_dict,
-)
+from specbatch.serving.target_text import TargetText
 
 MMLU = "Question:\nWhich bone is in the arm?\n\nChoices:\nA. Femur\nB. Humerus\nC. Tibia"
 INFOBENCH = "Instruction: Name three colours.\nQuestion: \nGeneration:"
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("tokenizer")
-    build_tokenizer(directory)
-    return directory
+def target(tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> TargetText:
+    """The scheduler's view of a model with the tiny tokenizer and a 4096-token context."""
+    directory = tmp_path_factory.mktemp("target")
+    for path in tokenizer_dir.iterdir():
+        shutil.copy(path, directory)
+    (directory / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    return TargetText.load(str(directory))
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tokenizer_dir: Path):
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
+def transformers_text(tokenizer, content: str, chat: ChatFormat) -> str:
+    """The reference rendering: transformers' own chat template, then the assistant prefix."""
+    messages = [{"role": role, "content": text} for role, text in chat.history]
+    messages.append({"role": "user", "content": content})
+    rendered = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=chat.enable_thinking
+    )
+    return rendered + chat.assistant_prefix
 
 
 def test_the_tiny_tokenizer_renders_qwen3_non_thinking_and_thinking_modes(tokenizer):
@@ -84,20 +89,19 @@ def test_reusing_an_old_build_refreshes_both_tokenizers(tokenizer_dir: Path, tmp
         assert AutoTokenizer.from_pretrained(tmp_path / name).chat_template == CHAT_TEMPLATE
 
 
-def test_render_chat_puts_history_first_and_the_prefix_last(tokenizer):
+def test_the_model_text_puts_history_first_and_the_prefix_last(target, tokenizer):
     chat = ChatFormat(history=(("system", "S"), ("user", "u1"), ("assistant", "a1")), assistant_prefix="X(")
-    text = render_chat(tokenizer, "u2", chat)
+    text = target.model_text("u2", chat)
     assert text.startswith("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nu1<|im_end|>\n")
     assert text.endswith("<|im_start|>user\nu2<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nX(")
-    assert model_prompt(tokenizer, "raw", None) == "raw"
+    assert text == transformers_text(tokenizer, "u2", chat)
+    assert target.model_text("raw", None) == "raw"
 
 
 def test_a_tokenizer_without_a_template_refuses_chat():
-    class Plain:
-        chat_template = None
-
     with pytest.raises(PromptError, match="no chat template"):
-        render_chat(Plain(), "hi", ChatFormat())
+        word_target(4096).model_text("hi", ChatFormat())
+    assert word_target(4096).model_text("hi", None) == "hi", "a raw prompt needs no template"
 
 
 @pytest.mark.parametrize(
@@ -120,50 +124,68 @@ def test_history_round_trips_through_json():
     assert parse_history("") == () and parse_history(None) == ()
 
 
-def test_chat_rows_round_trip_on_the_wire_and_plain_rows_carry_none():
+def test_rendered_chat_rows_round_trip_on_the_wire_exactly(target):
     rows = [
-        RowWork(1, GENERATE, "hi", max_tokens=4, chat=ChatFormat((("system", "S"),), enable_thinking=True)),
-        RowWork(2, SCORE, "Q", choices=("A", "B"), chat=ChatFormat(assistant_prefix="The answer is (")),
+        RowWork(
+            1,
+            GENERATE,
+            target.model_text("hi é", ChatFormat((("system", "S"),), enable_thinking=True)),
+            max_tokens=4,
+        ),
+        RowWork(
+            2,
+            SCORE,
+            target.model_text("Q", ChatFormat(assistant_prefix="The answer is (")),
+            choices=("A", "B"),
+        ),
         RowWork(3, GENERATE, "raw", max_tokens=2),
     ]
-    message = decode(encode({"type": "run", "rows": [work_to_dict(row) for row in rows]})[4:])
-    assert [work_from_dict(data) for data in message["rows"]] == rows
-    assert message["rows"][2]["chat"] is None
+    assert rows[0].prompt.startswith("<|im_start|>system\nS<|im_end|>\n")
+    message = over_the_wire(Run(tuple(rows)))
+    assert list(message.rows) == rows
+    assert all("chat" not in row.to_wire() for row in rows), "the instance gets text, not a chat format"
 
 
-def make_intake(render=None) -> RequestIntake:
+# The chat template of make_intake's target: every turn's words, in order.
+JOINED_TURNS = Template("{% for m in messages %}{{ m['content'] }} {% endfor %}")
+
+
+def make_intake(template=JOINED_TURNS) -> RequestIntake:
+    """Tokens are whitespace-separated words, within a 40-token context."""
     return RequestIntake(
         ServingLimits(max_tokens_cap=32, default_max_tokens=8),
-        lambda text: len(text.split()),
-        max_context=40,
+        word_target(40, template),
         clock=lambda: 0.0,
-        render_chat=render,
     )
 
 
-def admit(intake: RequestIntake, request: RoutedRequest):
-    """The request's jobs and its prompts' immediate errors."""
-    _, jobs, errors = intake.admit(request, None)
-    return jobs, errors
+def receive(intake: RequestIntake, request: RoutedRequest):
+    """The request's prompt records and its prompts' immediate failures (record, outcome)."""
+    state, failures = intake.receive(request, None)
+    return state.prompts, failures
 
 
-def test_admission_turns_chat_prompts_into_user_turns_and_the_scorer_into_an_answer_cue():
+def test_intake_turns_chat_prompts_into_user_turns_and_the_scorer_into_an_answer_cue():
     request = RoutedRequest(
         prompts=[INFOBENCH, MMLU, INFOBENCH],
         tasks=["infobench", "mmlu", "infobench"],
-        predicted_tokens=[4],
         chat=[True, True, False],
         enable_thinking=[True],
         chat_history=['[{"role": "system", "content": "Be brief."}]', "", ""],
     )
-    jobs, _ = admit(make_intake(), request)
-    generate, score, raw = (job.prepared for job in jobs)
+    records, failures = receive(make_intake(), request)
+    assert failures == []
+    generate, score, raw = (record.prepared for record in records)
     assert generate.model_prompt == "Name three colours."
     assert generate.chat == ChatFormat((("system", "Be brief."),), enable_thinking=True)
     assert score.kind == SCORE and score.continuations == ("A", "B", "C")
     assert score.chat == ChatFormat(enable_thinking=False, assistant_prefix="The answer is (")
     assert "Humerus" in score.model_prompt and "Answer" in score.model_prompt
     assert raw.chat is None and raw.model_prompt.endswith("Generation:")
+    assert records[0].model_text == "Be brief. Name three colours. "
+    assert records[1].model_text == f"{score.model_prompt} The answer is ("
+    assert records[2].model_text == raw.model_prompt
+    assert [record.input_tokens for record in records] == [len(r.model_text.split()) for r in records]
 
 
 def test_a_chat_prompt_is_counted_as_rendered_and_history_needs_chat():
@@ -171,28 +193,24 @@ def test_a_chat_prompt_is_counted_as_rendered_and_history_needs_chat():
     request = RoutedRequest(
         prompts=[INFOBENCH, INFOBENCH],
         tasks=["infobench", "infobench"],
-        predicted_tokens=[4],
         max_tokens=[8],
         chat=[True, False],
         chat_history=["", '[{"role": "user", "content": "x"}]'],
     )
-    jobs, errors = admit(make_intake(render=lambda content, chat: f"{padding} {content}"), request)
-    assert jobs == []
-    assert [index for index, _ in errors] == [0, 1]
-    [(_, over_context), (_, needs_chat)] = errors
+    records, failures = receive(make_intake(Template(padding + " {{ messages[-1]['content'] }}")), request)
+    assert [record.index for record, _ in failures] == [0, 1] == [record.index for record in records]
+    [(_, over_context), (_, needs_chat)] = failures
     assert "over the model context" in over_context.error
     assert needs_chat.error == "chat_history needs chat=true"
 
 
-def test_the_scheduler_renders_chat_as_the_instance_does(tiny_pair_dir):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_pair_dir / "target")
-    count_tokens, max_context, render = load_token_counter(str(tiny_pair_dir / "target"))
+def test_the_scheduler_renders_chat_as_transformers_does(tokenizer, target):
     chat = ChatFormat(history=(("system", "S"), ("user", "u1"), ("assistant", "a1")), assistant_prefix="X(")
     for form in (chat, ChatFormat(enable_thinking=True), ChatFormat()):
-        assert render("u2 é", form) == render_chat(tokenizer, "u2 é", form)
-    text = render_chat(tokenizer, "u2", chat)
-    assert count_tokens(text) == len(tokenizer.encode(text, add_special_tokens=False))
-    assert max_context == 4096
+        assert target.model_text("u2 é", form) == transformers_text(tokenizer, "u2 é", form)
+    text = target.model_text("u2", chat)
+    assert target.count(text) == len(tokenizer.encode(text, add_special_tokens=False))
+    assert target.max_context == 4096
 
 
 class _ScoringEngine:
@@ -205,35 +223,28 @@ class _ScoringEngine:
         self.pair = SimpleNamespace(tokenizer=tokenizer)
         self.prompts: list[str] = []
 
-    def snapshot(self):
-        return SimpleNamespace(
-            running=0,
-            waiting=0,
-            blocks_total=64,
-            blocks_free=64,
-            block_size=16,
-            step_seconds=0.0,
-            seconds_per_token=0.0,
-            lookahead=0,
-            preemptions=0,
-        )
+    def snapshot(self) -> InstanceLoad:
+        return InstanceLoad(blocks_total=64, blocks_free=64, block_size=16, max_rows=4)
 
     def submit_scoring(self, prompt, labels, on_done):
         self.prompts.append(prompt)
         on_done(SimpleNamespace(best=labels[0]), "")
 
 
-def test_the_instance_renders_chat_rows_before_the_engine_sees_them(tokenizer):
+def test_the_instance_runs_the_scheduler_s_rendered_text_unchanged(tokenizer, target):
     engine = _ScoringEngine(tokenizer)
     sent = []
     rows = [
-        RowWork(1, SCORE, "Q?", choices=("A", "B"), chat=ChatFormat(assistant_prefix="The answer is (")),
+        RowWork(
+            1,
+            SCORE,
+            target.model_text("Q?", ChatFormat(assistant_prefix="The answer is (")),
+            choices=("A", "B"),
+        ),
         RowWork(2, SCORE, "Q? Answer:", choices=(" A", " B")),
     ]
-    InstanceRunner(engine, "inst0", sent.append).handle(
-        {"type": "run", "rows": [work_to_dict(row) for row in rows]}
-    )
-    assert [outcome_from_dict(m["outcome"]).text for m in sent] == ["A", " A"]
+    InstanceRunner(engine, "inst0", sent.append).handle(over_the_wire(Run(tuple(rows))))
+    assert [m.outcome.text for m in sent] == ["A", " A"]
     assert engine.prompts == [
         "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is (",
         "Q? Answer:",

@@ -1,9 +1,8 @@
-"""The router stage: per-prompt routes and errors, ambiguous prompts passed on, length priors."""
+"""The router stage: per-prompt routes and errors, ambiguous prompts passed on."""
 
-from specbatch.routing import LengthPredictor
-from specbatch.serving.router.routing import PromptRouter
+from specbatch.routing.classify import AMBIGUOUS
+from specbatch.serving.router.routing import PromptRouter, Route
 from specbatch.serving.scheduler.tasks import parse_task
-from specbatch.serving.wire import AMBIGUOUS
 
 GRAPH = (
     "You are given a directed graph with 2 nodes (numbered 0 to 1) and the following edges:\n"
@@ -19,7 +18,6 @@ def test_routes_each_prompt_and_keeps_errors_in_place():
     routes = PromptRouter().route([GRAPH, MMLU, b"", b"\xff", "Write a poem about rain."], None)
     assert [r.task for r in routes] == ["graph", "mmlu", "", "", "infobench"]
     assert [bool(r.error) for r in routes] == [False, False, True, True, False]
-    assert all(r.predicted_tokens > 0 for r in routes if not r.error)
 
 
 def test_overrides_win_and_unknown_overrides_fail_alone():
@@ -30,8 +28,8 @@ def test_overrides_win_and_unknown_overrides_fail_alone():
 
 def test_a_prompt_structure_cannot_place_is_passed_on_as_ambiguous():
     routes = PromptRouter().route([UNPLACED, GRAPH])
-    assert [r.task for r in routes] == [AMBIGUOUS, "graph"]
-    assert routes[0].predicted_tokens > 0 and routes[0].error == ""
+    assert routes == [Route(AMBIGUOUS), Route("graph")]
+    assert routes[0].error == ""
     assert PromptRouter().route([UNPLACED], [b"mmlu"])[0].task == "mmlu", "an override places it"
 
 
@@ -40,13 +38,3 @@ def test_parse_task_reads_the_first_task_word():
     assert parse_task("it is infobench or mmlu") == "infobench"
     assert parse_task("no idea") is None
     assert parse_task("mmlus") is None, "whole words only"
-
-
-def test_observed_lengths_move_the_prediction():
-    predictor = LengthPredictor()
-    router = PromptRouter(predictor)
-    prompt = "Write a detailed essay about the history of medicine."
-    before = router.route([prompt])[0].predicted_tokens
-    for _ in range(50):
-        predictor.observe(prompt, "infobench", before * 4)
-    assert router.route([prompt])[0].predicted_tokens > before

@@ -1,14 +1,12 @@
 """Stop strings (`stop_words`): parsed once per request, carried to every row, never streamed past."""
 
 import pytest
-from serving_fixtures import Inbox, make_engine, over_the_wire, tiny_pair
+from serving_helpers import over_the_wire, word_target
 
-from specbatch.decoding import GenerationRequest
 from specbatch.serving.instance.detokenize import IncrementalDetokenizer
-from specbatch.serving.instance.runner import InstanceRunner
+from specbatch.serving.messages import GENERATE, RowWork, Run
 from specbatch.serving.params import RequestError, ServingLimits, decode_stop_words
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
-from specbatch.serving.wire import GENERATE, RowWork, work_from_dict, work_to_dict
 
 PROMPT = "Instruction: Name three colours.\nQuestion: \nGeneration:"
 
@@ -48,12 +46,12 @@ def test_stop_words_are_decoded_and_bounded():
 
 
 def test_every_generated_prompt_of_the_request_gets_the_stop_strings():
-    intake = RequestIntake(ServingLimits(max_tokens_cap=32, default_max_tokens=8), len, 4096, lambda: 0.0)
-    request = RoutedRequest(
-        prompts=[PROMPT, PROMPT], tasks=["infobench"] * 2, predicted_tokens=[4], stop_words=[b"."]
+    intake = RequestIntake(
+        ServingLimits(max_tokens_cap=32, default_max_tokens=8), word_target(4096), lambda: 0.0
     )
-    _, jobs, errors = intake.admit(request, None)
-    assert errors == [] and [job.sampling.stop for job in jobs] == [(".",), (".",)]
+    request = RoutedRequest(prompts=[PROMPT, PROMPT], tasks=["infobench"] * 2, stop_words=[b"."])
+    state, failures = intake.receive(request, None)
+    assert failures == [] and [record.sampling.stop for record in state.prompts] == [(".",), (".",)]
 
 
 def test_stop_strings_round_trip_on_the_wire():
@@ -61,24 +59,5 @@ def test_stop_strings_round_trip_on_the_wire():
         RowWork(1, GENERATE, "a", max_tokens=4, stop=("\n\n", "END")),
         RowWork(2, GENERATE, "b", max_tokens=4),
     ]
-    message = over_the_wire({"type": "run", "rows": [work_to_dict(row) for row in rows]})
-    assert [work_from_dict(data) for data in message["rows"]] == rows
-
-
-def test_a_row_ends_before_its_stop_string_and_never_streams_past_it(tiny_pair_dir):
-    engine = make_engine(tiny_pair(tiny_pair_dir))
-    full = engine.generate([GenerationRequest(PROMPT, max_new_tokens=32)], mode="target_only")[0].text
-    start = next(
-        i for i in range(6, len(full) - 3) if full[i : i + 3].isascii() and full[i : i + 3].isalpha()
-    )
-    stop = full[start : start + 3]
-
-    inbox = Inbox()
-    runner = InstanceRunner(engine, "inst0", inbox)
-    row = RowWork(1, GENERATE, PROMPT, max_tokens=32, stop=(stop, "\x00never"), stream=True)
-    runner.handle(over_the_wire({"type": "run", "rows": [work_to_dict(row)]}))
-    [outcome] = inbox.wait_done({1})[1]
-
-    assert outcome.text == full[: full.find(stop)] and outcome.finish_reason == "stop"
-    streamed = "".join(inbox.deltas(1))
-    assert outcome.text.startswith(streamed), "a delta never runs past where the final text ends"
+    message = over_the_wire(Run(tuple(rows)))
+    assert list(message.rows) == rows

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from transformers import AutoTokenizer
+from serving_helpers import RecordingReply, word_target
 
 from specbatch.routing import solve_graph
 from specbatch.serving.instance.detokenize import IncrementalDetokenizer
 from specbatch.serving.latency import PromptTiming, SlaTargets
+from specbatch.serving.messages import RowOutcome
 from specbatch.serving.params import ServingLimits
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
-from specbatch.serving.wire import RowOutcome
 
 GRAPH = (
     "You are given a directed graph with 2 nodes (numbered 0 to 1) and the following edges:\n"
@@ -20,26 +20,6 @@ GRAPH = (
 )
 MMLU = "Question:\nWhich organ produces insulin?\n\nChoices:\nA. Liver\nB. Pancreas\nC. Kidney"
 TEXT = "Grüße aus Zürich — naïve café, 東京 and 🙂 emoji;  double  spaces\nnew line"
-
-
-class Reply:
-    def __init__(self) -> None:
-        self.deltas: list[tuple[int, str, str]] = []
-        self.finals: list[list[RowOutcome]] = []
-
-    def delta(self, index, task, text) -> None:
-        self.deltas.append((index, task, text))
-
-    def final(self, outcomes) -> None:
-        self.finals.append(outcomes)
-
-    def is_cancelled(self) -> bool:
-        return False
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_pair_dir):
-    return AutoTokenizer.from_pretrained(tiny_pair_dir / "target")
 
 
 def test_deltas_rebuild_the_text_exactly_without_broken_characters(tokenizer):
@@ -71,30 +51,37 @@ def test_latency_and_sla_violations():
     assert SlaTargets(ttft_s=0.1).violations(PromptTiming(arrival_s=0.0, done_s=1.0)) == []
 
 
-def test_a_streaming_request_sends_every_prompt_s_text_as_deltas_then_one_final():
-    intake = RequestIntake(
-        ServingLimits(max_tokens_cap=32, default_max_tokens=8), lambda t: 5, 64, lambda: 1.0
+def make_intake(clock_s: float, stream_interval_s: float = 0.0) -> RequestIntake:
+    return RequestIntake(
+        ServingLimits(max_tokens_cap=32, default_max_tokens=8),
+        word_target(64),
+        lambda: clock_s,
+        stream_interval_s=stream_interval_s,
     )
-    reply = Reply()
+
+
+def test_a_streaming_request_sends_every_prompt_s_text_as_deltas_then_one_final():
+    intake = make_intake(1.0)
+    reply = RecordingReply()
     request = RoutedRequest(
         prompts=["Instruction: hi\nQuestion: \nGeneration:", GRAPH, MMLU],
         tasks=["infobench", "graph", "mmlu"],
-        predicted_tokens=[8, 1, 1],
         stream=True,
     )
-    state, [generate, graph, score], errors = intake.admit(request, reply)
-    assert errors == [] and state.stream and generate.sampling.stream
+    state, failures = intake.receive(request, reply)
+    generate, graph, score = state.prompts
+    assert failures == [] and state.stream and generate.sampling.stream
 
     graph.settle(RowOutcome(solve_graph(GRAPH)), 1.5)
     assert reply.deltas == [(1, "graph", "submit_paths(paths=[[0, 1]], weights=[4])")]
-    state.first_token(0, 2.0)
-    state.stream_text(0, "infobench", "Hel")
-    state.stream_text(0, "infobench", "")
-    state.first_token(0, 2.5)
-    state.stream_text(0, "infobench", "lo")
-    assert generate.streamed_anything and not score.streamed_anything
+    generate.first_token(2.0)
+    generate.stream_text("Hel", 2.0)
+    generate.stream_text("", 2.2)
+    generate.first_token(2.5)
+    generate.stream_text("lo", 2.5)
+    assert generate.streamed and not score.streamed
     generate.settle(RowOutcome("Hello!", num_output_tokens=3), 3.0)
-    state.stream_text(0, "infobench", " late")
+    generate.stream_text(" late", 3.2)
     assert reply.deltas[1:] == [(0, "infobench", "Hel"), (0, "infobench", "lo"), (0, "infobench", "!")]
     assert reply.finals == []
 
@@ -106,51 +93,41 @@ def test_a_streaming_request_sends_every_prompt_s_text_as_deltas_then_one_final(
         "submit_paths(paths=[[0, 1]], weights=[4])",
         "The answer is (B)",
     ]
-    timings = state.timings()
+    timings = [record.timing() for record in state.prompts]
     assert (timings[0].first_token_s, timings[0].output_tokens, timings[0].done_s) == (2.0, 3, 3.0)
     assert timings[1].first_token_s is None
 
 
 def test_a_final_text_that_does_not_continue_the_streamed_text_adds_no_delta():
-    intake = RequestIntake(
-        ServingLimits(max_tokens_cap=32, default_max_tokens=8), lambda t: 5, 64, lambda: 1.0
-    )
-    reply = Reply()
-    request = RoutedRequest(
-        prompts=["Instruction: hi"], tasks=["infobench"], predicted_tokens=[8], stream=True
-    )
-    _, [job], _ = intake.admit(request, reply)
-    job.state.stream_text(0, "infobench", "Hel")
-    job.settle(RowOutcome.failed("model instance i0 failed while running this prompt"), 2.0)
+    intake = make_intake(1.0)
+    reply = RecordingReply()
+    request = RoutedRequest(prompts=["Instruction: hi"], tasks=["infobench"], stream=True)
+    state, _ = intake.receive(request, reply)
+    [record] = state.prompts
+    record.stream_text("Hel", 1.5)
+    record.settle(RowOutcome.failed("model instance i0 failed while running this prompt"), 2.0)
     assert reply.deltas == [(0, "infobench", "Hel")]
     [[outcome]] = reply.finals
     assert outcome.error and outcome.task == "infobench"
 
 
 def test_streamed_text_is_coalesced_per_interval_and_nothing_is_held_back_at_the_end():
-    intake = RequestIntake(
-        ServingLimits(max_tokens_cap=32, default_max_tokens=8),
-        lambda text: 5,
-        64,
-        lambda: 0.0,
-        stream_interval_s=0.05,
-    )
-    reply = Reply()
-    request = RoutedRequest(
-        prompts=["Instruction: hi"], tasks=["infobench"], predicted_tokens=[8], stream=True
-    )
-    state, [job], _ = intake.admit(request, reply)
-    state.stream_text(0, "infobench", "He", now_s=1.00)  # the first text goes at once
-    state.stream_text(0, "infobench", "l", now_s=1.01)
-    state.stream_text(0, "infobench", "l", now_s=1.02)
+    intake = make_intake(0.0, stream_interval_s=0.05)
+    reply = RecordingReply()
+    request = RoutedRequest(prompts=["Instruction: hi"], tasks=["infobench"], stream=True)
+    state, _ = intake.receive(request, reply)
+    [record] = state.prompts
+    record.stream_text("He", now_s=1.00)  # the first text goes at once
+    record.stream_text("l", now_s=1.01)
+    record.stream_text("l", now_s=1.02)
     assert reply.deltas == [(0, "infobench", "He")]
-    state.stream_text(0, "infobench", "o", now_s=1.06)  # the interval has passed
+    record.stream_text("o", now_s=1.06)  # the interval has passed
     assert reply.deltas[-1] == (0, "infobench", "llo")
-    state.stream_text(0, "infobench", " w", now_s=1.07)
+    record.stream_text(" w", now_s=1.07)
     state.flush(1.08)
     assert reply.deltas[-1] == (0, "infobench", " w")
-    state.stream_text(0, "infobench", "or", now_s=1.09)
-    job.settle(RowOutcome("Hello world", num_output_tokens=5), 1.10)
+    record.stream_text("or", now_s=1.09)
+    record.settle(RowOutcome("Hello world", num_output_tokens=5), 1.10)
     assert "".join(text for _, _, text in reply.deltas) == "Hello world"
     assert reply.deltas[-1] == (0, "infobench", "orld")  # the waiting text and the rest, together
     assert len(reply.finals) == 1

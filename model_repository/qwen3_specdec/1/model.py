@@ -12,19 +12,18 @@ import json
 import logging
 
 import torch
-import triton_python_backend_utils as pb_utils
 
 from specbatch.decoding import Engine, load_model_pair
 from specbatch.lifeline import exit_with_parent
-from specbatch.serving.instance.direct import INPUTS, outcome_arrays, rows_from_arrays, run_rows
+from specbatch.serving.faults import fault_hooks
+from specbatch.serving.framing import socket_path
+from specbatch.serving.instance.direct import INPUTS, direct_arrays, rows_from_arrays, run_rows
 from specbatch.serving.instance.link import SchedulerLink
 from specbatch.serving.instance.runner import InstanceRunner
-from specbatch.serving.settings import ModelSettings, project_root
-from specbatch.serving.wire import socket_path
+from specbatch.serving.settings import ModelSettings, root_of_repository
 from specbatch.triton import logs
-from specbatch.triton.tensors import arrays_of, error_response, response
+from specbatch.triton.tensors import FINAL, arrays_of, error_response, response
 
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 logger = logging.getLogger("specbatch.qwen3_specdec")
 
 
@@ -33,7 +32,7 @@ class TritonPythonModel:
         logs.install()
         exit_with_parent("the qwen3_specdec stub")  # tritonserver gone: nobody to answer
         config = json.loads(args["model_config"])
-        settings = ModelSettings(config, project_root(args["model_repository"]))
+        settings = ModelSettings(config, root_of_repository(args["model_repository"]))
         if args["model_instance_kind"] == "GPU":
             self.device = f"cuda:{args['model_instance_device_id']}"
             torch.cuda.set_device(self.device)
@@ -56,10 +55,11 @@ class TritonPythonModel:
             compile=settings.raw("compile", "none"),
         )
         self.batched = config.get("max_batch_size", 0) > 0
+        self.faults = fault_hooks()
         self.link = None
         if not self.batched:
             interval_s = settings.number("report_interval_ms", 20.0) / 1000.0
-            self.runner = InstanceRunner(self.engine, self.name, self._send, interval_s)
+            self.runner = InstanceRunner(self.engine, self.name, self._send, interval_s, self.faults)
             self.drain_s = settings.number("drain_ms", 20000.0) / 1000.0
             self.link = SchedulerLink(
                 socket_path(),
@@ -84,11 +84,13 @@ class TritonPythonModel:
                 continue
             rows += parsed
             owners += [index] * len(parsed)
-        outcomes = run_rows(lambda send: InstanceRunner(self.engine, self.name, send), rows)
+        outcomes = run_rows(
+            lambda send: InstanceRunner(self.engine, self.name, send, faults=self.faults), rows
+        )
         for index, sender in enumerate(senders):
             mine = [o for o, owner in zip(outcomes, owners, strict=True) if owner == index]
             if mine:
-                sender.send(response(outcome_arrays(mine), batched=self.batched), flags=FINAL)
+                sender.send(response(direct_arrays(mine), batched=self.batched), flags=FINAL)
         return None
 
     def finalize(self):

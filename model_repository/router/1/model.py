@@ -1,17 +1,15 @@
-"""router: each prompt's task and a prior of its output length (CPU, Triton dynamic batching).
+"""router: each prompt's task, or its own error (CPU, Triton dynamic batching).
 
 Structure decides; a prompt that stays ambiguous is routed as "ambiguous" and the
 scheduler has the draft model place it, so the router never waits on another model
 and never imports torch.
 """
 
-import numpy as np
-
 from specbatch.lifeline import exit_with_parent
 from specbatch.serving.router.routing import PromptRouter
-from specbatch.serving.wire import strings
 from specbatch.triton import logs
 from specbatch.triton.metrics import MetricRegistry
+from specbatch.triton.strings import strings
 from specbatch.triton.tensors import error_response, one_batch_entry, optional_array, response
 
 
@@ -40,7 +38,6 @@ class TritonPythonModel:
         return response(
             {
                 "routed_task": strings([r.task for r in routes]),
-                "predicted_tokens": np.array([r.predicted_tokens for r in routes], dtype=np.int32),
                 "route_error": strings([r.error for r in routes]),
             },
             batched=True,

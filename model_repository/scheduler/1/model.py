@@ -8,24 +8,22 @@ response sender. No torch in this process.
 
 import json
 
-import triton_python_backend_utils as pb_utils
-
 from specbatch.lifeline import exit_with_parent
-from specbatch.serving.faults import marked
+from specbatch.serving.faults import fault_hooks
+from specbatch.serving.framing import socket_path
 from specbatch.serving.params import RequestError
 from specbatch.serving.scheduler.core import Overloaded, ShuttingDown
 from specbatch.serving.scheduler.hub import InstanceHub
 from specbatch.serving.scheduler.intake import RoutedRequest
 from specbatch.serving.scheduler.loop import SchedulerLoop
 from specbatch.serving.scheduler.setup import build_core, build_sla
-from specbatch.serving.settings import ModelSettings, project_root
-from specbatch.serving.wire import socket_path, texts
+from specbatch.serving.settings import ModelSettings, root_of_repository
 from specbatch.triton import logs
 from specbatch.triton.replies import TritonReply
 from specbatch.triton.scheduler_metrics import SchedulerMetrics
-from specbatch.triton.tensors import error_response, optional_array, required_array
+from specbatch.triton.strings import texts
+from specbatch.triton.tensors import FINAL, error_response, optional_array, required_array
 
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 COLUMNS = (
     "max_tokens",
     "temperature",
@@ -42,8 +40,11 @@ class TritonPythonModel:
     def initialize(self, args):
         logs.install()
         exit_with_parent("the scheduler stub")  # tritonserver gone: nobody to answer
-        settings = ModelSettings(json.loads(args["model_config"]), project_root(args["model_repository"]))
-        self.core, solver = build_core(settings, SchedulerMetrics(build_sla(settings)))
+        settings = ModelSettings(
+            json.loads(args["model_config"]), root_of_repository(args["model_repository"])
+        )
+        self.faults = fault_hooks()
+        self.core, solver = build_core(settings, SchedulerMetrics(build_sla(settings)), self.faults)
         self.loop = SchedulerLoop(
             self.core,
             InstanceHub(self.core, socket_path()),
@@ -64,13 +65,13 @@ class TritonPythonModel:
             except Exception as exc:
                 sender.send(error_response(f"the scheduler could not read the request: {exc}"), flags=FINAL)
                 continue
-            fault = any(marked(str(p), "reply") for p in routed.prompts)
-            self.loop.call(self._admit, routed, TritonReply(request, sender, routed.stream, fault), sender)
+            reply = TritonReply(request, sender, routed.stream, self.faults)
+            self.loop.call(self._submit, routed, reply, sender)
         return None
 
-    def _admit(self, routed, reply, sender):
+    def _submit(self, routed, reply, sender):
         try:
-            self.core.admit(routed, reply)
+            self.core.submit(routed, reply)
         except RequestError as exc:
             sender.send(error_response(str(exc)), flags=FINAL)
         except (Overloaded, ShuttingDown) as exc:
@@ -96,7 +97,6 @@ def _routed(request) -> RoutedRequest:
     return RoutedRequest(
         prompts=required_array(request, "text_input").tolist(),
         tasks=texts(required_array(request, "routed_task")),
-        predicted_tokens=required_array(request, "predicted_tokens").tolist(),
         route_errors=texts(required_array(request, "route_error")),
         stream=bool(stream is not None and stream.any()),
         timeout_s=timeout_us / 1e6 if timeout_us else None,

@@ -11,25 +11,17 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from specbatch.serving.instance.runner import InstanceRunner
-from specbatch.serving.wire import (
-    GENERATE,
-    SCORE,
-    RowOutcome,
-    RowWork,
-    outcome_from_dict,
-    strings,
-    texts,
-    work_to_dict,
-)
+from specbatch.serving.instance.runner import InstanceRunner, Send
+from specbatch.serving.messages import GENERATE, SCORE, Done, Message, RowOutcome, RowWork, Run
+from specbatch.triton.outputs import DIRECT_OUTPUTS, outcome_arrays
+from specbatch.triton.strings import texts
 
 INPUTS = ("mode", "prompt", "max_tokens", "temperature", "top_p", "top_k", "choices", "stop")
-_COUNTERS = ("num_input_tokens", "num_output_tokens", "total_draft_tokens", "total_accepted_draft_tokens")
 
 
 def rows_from_arrays(arrays: Mapping[str, np.ndarray], first_row: int) -> list[RowWork]:
@@ -65,33 +57,27 @@ def rows_from_arrays(arrays: Mapping[str, np.ndarray], first_row: int) -> list[R
     ]
 
 
-def run_rows(runner_for: Any, rows: Sequence[RowWork]) -> list[RowOutcome]:
+def run_rows(runner_for: Callable[[Send], InstanceRunner], rows: Sequence[RowWork]) -> list[RowOutcome]:
     """Run rows on a fresh runner (``runner_for(send)``) and wait for every outcome."""
     outcomes: dict[int, RowOutcome] = {}
     finished = threading.Event()
     lock = threading.Lock()
 
-    def collect(message: dict[str, Any]) -> None:
-        if message["type"] != "done":
+    def collect(message: Message) -> None:
+        if not isinstance(message, Done):
             return
         with lock:
-            outcomes[message["row"]] = outcome_from_dict(message["outcome"])
+            outcomes[message.row] = message.outcome
             if len(outcomes) == len(rows):
                 finished.set()
 
-    runner: InstanceRunner = runner_for(collect)
+    runner = runner_for(collect)
     if rows:
-        runner.handle({"type": "run", "rows": [work_to_dict(row) for row in rows]})
+        runner.handle(Run(tuple(rows)))
         finished.wait()
     return [outcomes[row.row] for row in rows]
 
 
-def outcome_arrays(outcomes: Sequence[RowOutcome]) -> dict[str, np.ndarray]:
-    arrays = {
-        "text_output": strings([o.text for o in outcomes]),
-        "finish_reason": strings([o.finish_reason for o in outcomes]),
-        "error": strings([o.error for o in outcomes]),
-    }
-    for name in _COUNTERS:
-        arrays[name] = np.array([getattr(o, name) for o in outcomes], dtype=np.uint32)
-    return arrays
+def direct_arrays(outcomes: Sequence[RowOutcome]) -> dict[str, np.ndarray]:
+    """The outputs of a direct call, in row order."""
+    return {name: array for name, array in outcome_arrays(outcomes).items() if name in DIRECT_OUTPUTS}

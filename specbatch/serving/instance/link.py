@@ -1,4 +1,4 @@
-"""The instance's long-lived connection to the scheduler (see `specbatch.serving.wire`).
+"""The instance's long-lived connection to the scheduler (see `specbatch.serving.messages`).
 
 A daemon thread connects (retrying until the scheduler has loaded), introduces the
 instance, then reads the scheduler's messages for as long as the server runs. If the
@@ -14,9 +14,9 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from specbatch.serving.wire import WireError, encode, read_message
+from specbatch.serving.framing import FrameError, read_frame
+from specbatch.serving.messages import Hello, Message, decode, encode
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +30,8 @@ class SchedulerLink:
     def __init__(
         self,
         path: Path,
-        hello: Callable[[], dict[str, Any]],
-        on_message: Callable[[dict[str, Any]], None],
+        hello: Callable[[], Hello],
+        on_message: Callable[[Message], None],
         on_lost: Callable[[], None],
     ) -> None:
         self._path = path
@@ -53,14 +53,14 @@ class SchedulerLink:
         if sock is not None:
             sock.close()
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         """Send one message; dropped (with a log line) while disconnected — the scheduler
         has then already settled this instance's rows."""
         frame = encode(message)
         with self._write_lock:
             sock = self._sock
             if sock is None:
-                logger.debug("not connected: %s message dropped", message.get("type"))
+                logger.debug("not connected: %s message dropped", message.TYPE)
                 return
             try:
                 sock.sendall(frame)
@@ -79,9 +79,9 @@ class SchedulerLink:
                     sock.sendall(encode(self._hello()))
                 self.connected.set()
                 logger.info("connected to the scheduler at %s", self._path)
-                while (message := read_message(sock)) is not None:
-                    self._dispatch(message)
-            except (OSError, WireError) as exc:
+                while (data := read_frame(sock)) is not None:
+                    self._dispatch(data)
+            except (OSError, FrameError) as exc:
                 if not self._stopping.is_set():
                     logger.warning("scheduler connection lost: %s", exc)
             finally:
@@ -91,11 +91,11 @@ class SchedulerLink:
                 sock.close()
             self._on_lost()
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
+    def _dispatch(self, data: dict) -> None:
         try:
-            self._on_message(message)
+            self._on_message(decode(data))
         except Exception:  # one bad message loses itself, not the connection
-            logger.exception("handling a %r message failed", message.get("type"))
+            logger.exception("handling a %r message failed", data.get("type"))
 
     def _connect(self) -> socket.socket | None:
         while not self._stopping.is_set():

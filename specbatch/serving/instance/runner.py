@@ -1,6 +1,6 @@
 """One model instance's side of the scheduler connection: rows in, tokens and outcomes out.
 
-The scheduler sends rows it admitted to this instance; each becomes a row of the
+The scheduler sends rows it admitted to this instance; each starts as a row of the
 instance's continuous engine (or a prefill-only scoring row) the moment it arrives.
 The engine calls back on its loop thread once per step — that is where the step's
 streamed text, the rows that produced their first token and the instance's fresh
@@ -15,79 +15,78 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult
 from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.scoring import ChoiceScores
 from specbatch.scheduling.load import InstanceLoad
-from specbatch.serving.chat import model_prompt
-from specbatch.serving.faults import InjectedFault, marked
+from specbatch.serving.faults import FaultHooks
 from specbatch.serving.instance.detokenize import IncrementalDetokenizer
+from specbatch.serving.messages import SCORE, Cancel, Done, Hello, Message, RowOutcome, RowWork, Run, Step
 from specbatch.serving.params import PromptError
-from specbatch.serving.wire import (
-    SCORE,
-    RowOutcome,
-    RowWork,
-    load_to_dict,
-    outcome_to_dict,
-    work_from_dict,
-)
 
 logger = logging.getLogger(__name__)
 
-Send = Callable[[dict[str, Any]], None]
+Send = Callable[[Message], None]
+
+
+@dataclass
+class _RunningRow:
+    """What the runner holds for one row until its end."""
+
+    handle: RowHandle | None = None  # None for a scoring row (it cannot be cancelled)
+    stream: IncrementalDetokenizer | None = None
+    started: bool = False
 
 
 class InstanceRunner:
     """Runs the rows the scheduler sends on one engine and reports back through ``send``."""
 
-    def __init__(self, engine: Engine, name: str, send: Send, report_interval_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        name: str,
+        send: Send,
+        report_interval_s: float = 0.0,
+        faults: FaultHooks | None = None,
+    ) -> None:
         """Steps are reported at most every ``report_interval_s`` (their streamed text
         gathered), except that a row's first token and its end are reported at once."""
         self._engine = engine
         self._name = name
         self._send = send
         self._report_interval_s = report_interval_s
+        self._faults = faults or FaultHooks()
         self._last_report = 0.0
-        self._pending_deltas: list[list] = []
-        self._faulty: set[int] = set()
-        self._hanging: set[int] = set()
-        engine.step_hook = self._inject_fault
+        self._pending_deltas: list[tuple[int, str]] = []
         self._lock = threading.Lock()
         self._row_left = threading.Condition(self._lock)
-        self._handles: dict[int, RowHandle] = {}
-        self._streams: dict[int, IncrementalDetokenizer] = {}
-        self._started: set[int] = set()
+        self._rows: dict[int, _RunningRow] = {}
+        engine.step_hook = lambda: self._faults.before_step(self._rows.keys())
 
     def load(self) -> InstanceLoad:
         """The engine's state; exact from the loop thread, one step old elsewhere."""
-        return _load_of(self._engine, on_loop=threading.current_thread() is self._engine.loop_thread)
+        if threading.current_thread() is self._engine.loop_thread:
+            return self._engine.snapshot_now()
+        return self._engine.snapshot()
 
-    def hello(self, device: str) -> dict[str, Any]:
-        return {
-            "type": "hello",
-            "instance": self._name,
-            "pid": os.getpid(),
-            "device": device,
-            "load": load_to_dict(self.load()),
-        }
+    def hello(self, device: str) -> Hello:
+        return Hello(instance=self._name, load=self.load(), pid=os.getpid(), device=device)
 
-    def handle(self, message: dict[str, Any]) -> None:
+    def handle(self, message: Message) -> None:
         """A message from the scheduler: rows to run, or rows to cancel."""
-        kind = message.get("type")
-        if kind == "run":
-            for data in message.get("rows", ()):
-                self._start(work_from_dict(data))
-        elif kind == "cancel":
+        if isinstance(message, Run):
+            for work in message.rows:
+                self._start(work)
+        elif isinstance(message, Cancel):
             with self._lock:
-                handles = [self._handles.get(int(row)) for row in message.get("rows", ())]
+                handles = [row.handle for row in map(self._rows.get, message.rows) if row is not None]
             for handle in handles:
                 if handle is not None:
                     self._engine.cancel(handle)
         else:
-            logger.warning("%s: unknown message %r from the scheduler", self._name, kind)
+            logger.warning("%s: unexpected %s message from the scheduler", self._name, message.TYPE)
 
     def drain(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the rows already here to finish; whether they did.
@@ -97,41 +96,34 @@ class InstanceRunner:
         it runs can finish instead of being re-run or failed. If the scheduler goes away
         first, its rows are cancelled and end at the next step."""
         with self._row_left:
-            return self._row_left.wait_for(lambda: not self._handles, timeout_s)
+            return self._row_left.wait_for(lambda: not self._rows, timeout_s)
 
     def cancel_all(self) -> None:
         """The scheduler is gone: nobody waits for these rows any more."""
         with self._lock:
-            handles = list(self._handles.values())
+            handles = [row.handle for row in self._rows.values() if row.handle is not None]
         for handle in handles:
             self._engine.cancel(handle)
 
     # ---- rows -------------------------------------------------------------------------
 
-    def _inject_fault(self) -> None:
-        if self._faulty and not self._faulty.isdisjoint(self._handles):
-            raise InjectedFault(f"{self._name}: injected instance fault")
-        if self._hanging and not self._hanging.isdisjoint(self._handles):
-            logger.error("%s: injected hang", self._name)
-            threading.Event().wait()
-
     def _start(self, work: RowWork) -> None:
-        if marked(work.prompt, "instance"):
-            self._faulty.add(work.row)
-        if marked(work.prompt, "hang"):
-            self._hanging.add(work.row)
+        self._faults.row_started(work.row, work.prompt)
         try:
-            prompt = model_prompt(self._engine.pair.tokenizer, work.prompt, work.chat)
             if work.kind == SCORE:
                 if not work.choices:
                     raise PromptError("a scoring row needs at least one choice")
+                with self._lock:
+                    self._rows[work.row] = _RunningRow()
                 self._engine.submit_scoring(
-                    prompt, work.choices, lambda scores, error, row=work.row: self._scored(row, scores, error)
+                    work.prompt,
+                    work.choices,
+                    lambda scores, error, row=work.row: self._scored(row, scores, error),
                 )
                 return
             deadline = None if work.seconds_left is None else time.monotonic() + work.seconds_left
             request = GenerationRequest(
-                prompt=prompt,
+                prompt=work.prompt,
                 max_new_tokens=work.max_tokens,
                 temperature=work.temperature,
                 top_p=work.top_p,
@@ -140,12 +132,13 @@ class InstanceRunner:
                 deadline=deadline,
             )
             with self._lock:
+                row = self._rows[work.row] = _RunningRow()
                 if work.stream:
                     decode = self._engine.pair.tokenizer.decode
-                    self._streams[work.row] = IncrementalDetokenizer(
+                    row.stream = IncrementalDetokenizer(
                         lambda ids: decode(ids, skip_special_tokens=True), work.stop
                     )
-                self._handles[work.row] = self._engine.submit(request, self, key=work.row, mode=work.mode)
+                row.handle = self._engine.submit(request, self, key=work.row, mode=work.mode)
         except ValueError as exc:
             self._done(work.row, RowOutcome.failed(str(exc), reason="error"))
         except Exception as exc:
@@ -156,13 +149,15 @@ class InstanceRunner:
         """The engine's step: first tokens, streamed text and the load, in one message."""
         first = []
         with self._lock:
-            for row, ids in updates.items():
-                if row not in self._started:
-                    self._started.add(row)
-                    first.append(row)
-                stream = self._streams.get(row)
-                if stream is not None and (text := stream.push(ids)):
-                    self._pending_deltas.append([row, text])
+            for key, ids in updates.items():
+                row = self._rows.get(key)
+                if row is None:
+                    continue
+                if not row.started:
+                    row.started = True
+                    first.append(key)
+                if row.stream is not None and (text := row.stream.push(ids)):
+                    self._pending_deltas.append((key, text))
         now = time.monotonic()
         if first or now - self._last_report >= self._report_interval_s:
             self._report_step(first, now)
@@ -171,7 +166,7 @@ class InstanceRunner:
         with self._lock:
             deltas, self._pending_deltas = self._pending_deltas, []
         self._last_report = now
-        self._send({"type": "step", "first": first, "deltas": deltas, "load": load_to_dict(self.load())})
+        self._send(Step(first=tuple(first), deltas=tuple(deltas), load=self.load()))
 
     def on_finished(self, key: int, result: GenerationResult) -> None:
         self._done(key, _outcome(result))
@@ -185,39 +180,12 @@ class InstanceRunner:
     def _done(self, row: int, outcome: RowOutcome) -> None:
         """The row's end: forget it, send the text still waiting, then its outcome."""
         with self._lock:
-            self._handles.pop(row, None)
-            self._streams.pop(row, None)
-            self._started.discard(row)
-            self._faulty.discard(row)
-            self._hanging.discard(row)
+            self._rows.pop(row, None)
             self._row_left.notify_all()
+        self._faults.row_ended(row)
         if self._pending_deltas:
             self._report_step([], time.monotonic())
-        outcome = replace(outcome, instance=self._name)
-        self._send(
-            {
-                "type": "done",
-                "row": row,
-                "outcome": outcome_to_dict(outcome),
-                "load": load_to_dict(self.load()),
-            }
-        )
-
-
-def _load_of(engine: Engine, on_loop: bool) -> InstanceLoad:
-    snapshot = engine.snapshot_now() if on_loop else engine.snapshot()
-    return InstanceLoad(
-        running=snapshot.running,
-        waiting=snapshot.waiting,
-        blocks_total=snapshot.blocks_total,
-        blocks_free=snapshot.blocks_free,
-        block_size=snapshot.block_size,
-        step_seconds=snapshot.step_seconds,
-        seconds_per_token=snapshot.seconds_per_token,
-        lookahead=snapshot.lookahead,
-        preemptions=snapshot.preemptions,
-        max_rows=engine.max_rows,
-    )
+        self._send(Done(row=row, outcome=replace(outcome, instance=self._name), load=self.load()))
 
 
 def _outcome(result: GenerationResult) -> RowOutcome:

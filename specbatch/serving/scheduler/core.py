@@ -1,13 +1,15 @@
 """The scheduler's core: requests in, rows out to addressed instances, answers back.
 
-Everything here runs on the scheduler's one asyncio loop. A request is admitted
-(or refused at once when the queue is full), its prompts become jobs: a graph is
-solved in a worker process, a prompt the router could not place first runs a short
-draft-model row whose answer picks its task, and mmlu and infobench prompts wait in
-the admission policy's queue. Whenever an instance reports its load — on connecting,
-after every step, with every finished row — the policy chooses which queued prompts
-start there, and they go out on that instance's connection. Results come back on the
-same connection and are written straight into the request's state.
+Everything here runs on the scheduler's one asyncio loop. A request is submitted (or
+refused at once when the queue is full) and each of its prompts gets one record
+(`records.PromptRecord`), which the core keeps in one map by prompt id until it is
+settled: a graph is solved in a worker process, a prompt the router could not place
+first runs a short draft-model row whose answer picks its task, and mmlu and infobench
+prompts are enqueued in the admission policy. Whenever an instance reports its load —
+on connecting, after every step, with every finished row — the policy admits queued
+prompts to it, and they start there as rows (a row's id is its prompt's id), sent on
+that instance's connection. Results come back on the same connection and are written
+straight into the record.
 
 A connection that closes is an instance that died: it gets no more work, and the
 prompts it was running are re-queued when nothing of them reached the client yet
@@ -21,25 +23,24 @@ it runs finish there, and it gets nothing new.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from specbatch.routing import LengthPredictor, route_evidence
 from specbatch.routing.classify import DEFAULT_TASK
-from specbatch.scheduling import QueuedRequest
 from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
 from specbatch.scheduling.load import InstanceLoad
-from specbatch.serving.faults import InjectedFault, marked
+from specbatch.scheduling.requests import QueuedRequest
+from specbatch.serving.faults import FaultHooks
 from specbatch.serving.latency import PromptTiming
+from specbatch.serving.messages import Cancel, Message, RowOutcome, RowWork, Run
 from specbatch.serving.params import PromptError
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
-from specbatch.serving.scheduler.state import PromptJob, ReplySink, RequestState
-from specbatch.serving.scheduler.tasks import GENERATE, ROUTE, SCORE, SOLVE, parse_task, prepare_prompt
-from specbatch.serving.wire import RowOutcome, RowWork, work_to_dict
+from specbatch.serving.scheduler.records import PromptRecord, ReplySink, RequestState
+from specbatch.serving.scheduler.tasks import GENERATE, ROUTE, SCORE, SOLVE, parse_task
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class InstanceChannel(Protocol):
     """One instance connection; the core knows an instance by its connection, so a
     retired connection's late messages cannot be mistaken for its successor's."""
 
-    def send(self, message: dict[str, Any]) -> None: ...
+    def send(self, message: Message) -> None: ...
 
     def terminate(self) -> None:
         """Close the connection and end the instance's process (it is hung)."""
@@ -100,14 +101,6 @@ class CoreSettings:
     hang_after_s: float = 60.0
 
 
-@dataclass
-class _Running:
-    job: PromptJob
-    queued: QueuedRequest
-    instance: str
-    channel: InstanceChannel
-
-
 class SchedulerCore:
     def __init__(
         self,
@@ -117,6 +110,7 @@ class SchedulerCore:
         *,
         settings: CoreSettings | None = None,
         events: SchedulerEvents | None = None,
+        faults: FaultHooks | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._intake = intake
@@ -124,19 +118,17 @@ class SchedulerCore:
         self._solve_graph = solve_graph
         self._settings = settings or CoreSettings()
         self._events = events or SchedulerEvents()
+        self._faults = faults or FaultHooks()
         self._clock = clock
         self._channels: dict[str, InstanceChannel] = {}  # in service, by name
         self._names: dict[InstanceChannel, str] = {}  # every open connection (also retiring)
         self._progress_s: dict[InstanceChannel, float] = {}
         self._seen: set[str] = set()
-        self._running: dict[int, _Running] = {}
-        self._rows = itertools.count()
-        self._active: dict[int, RequestState] = {}
-        self._jobs_of: dict[int, list[PromptJob]] = {}
+        self._prompts: dict[int, PromptRecord] = {}  # every prompt not yet settled, by id
+        self._running = 0
         self._predictor = LengthPredictor()
         self._background: set[asyncio.Task] = set()
         self._draining = False
-        self._fault_pending = False
 
     # ---- requests ---------------------------------------------------------------------
 
@@ -145,58 +137,68 @@ class SchedulerCore:
         """Prompts waiting in the admission queue."""
         return self._policy.queued
 
-    def admit(self, routed: RoutedRequest, reply: ReplySink) -> None:
+    @property
+    def running_rows(self) -> int:
+        return self._running
+
+    def submit(self, routed: RoutedRequest, reply: ReplySink) -> None:
         """Take a request: raises RequestError for malformed input and Overloaded when the
         queue cannot hold its prompts; otherwise every prompt is settled later."""
         if self._draining:
             raise ShuttingDown("the server is shutting down; retry on another replica")
-        state, jobs, errors = self._intake.admit(routed, reply, self._settled)
-        now = self._clock()
-        queued = [self._queued_request(job) for job in jobs if job.prepared.kind != SOLVE]
+        state, failures = self._intake.receive(routed, reply, self._request_settled)
+        failed = {id(record) for record, _ in failures}
+        records = [record for record in state.prompts if id(record) not in failed]
+        tickets = [self._ticket(record) for record in records if record.kind != SOLVE]
         try:
-            self._policy.submit_all(queued)
+            self._policy.enqueue_all(tickets)
         except QueueFullError as exc:
-            self._events.rejected(len(routed.prompts))
+            self._events.rejected(len(state.prompts))
             raise Overloaded(str(exc)) from None
-        if not state.done:
-            self._active[state.serial] = state
-            self._jobs_of[state.serial] = jobs
-        for index, outcome in errors:
-            state.settle(index, outcome, now)
-        for job in jobs:
-            if job.prepared.kind == SOLVE:
-                self._spawn(self._solve(job))
-            self._fault_pending |= marked(job.prepared.source, "scheduler")
+        self._faults.request_arrived(reply, [str(p) for p in routed.prompts])
+        for record in records:
+            self._prompts[record.id] = record
+            record.bin = self._policy.bin_of(record.id)
+        now = self._clock()
+        for record, outcome in failures:
+            record.settle(outcome, now)
+        for record in records:
+            if record.kind == SOLVE:
+                self._spawn(self._solve(record))
         self._schedule_or_restart()
 
-    def _queued_request(self, job: PromptJob) -> QueuedRequest:
-        """The job as the policy queues it, with its predicted output length."""
-        kind = job.prepared.kind
-        if kind == GENERATE:
-            predicted = self._predictor.predict(job.prepared.source, job.task)
-            job.predicted_tokens = max(1, min(predicted, job.sampling.max_tokens))
-        elif kind == ROUTE:
-            job.predicted_tokens = self._settings.fallback_tokens
+    def _ticket(self, record: PromptRecord) -> QueuedRequest:
+        """The prompt as the policy queues it, with its predicted output length."""
+        assert record.prepared is not None and record.sampling is not None
+        if record.kind == GENERATE:
+            predicted = self._predictor.predict(record.prepared.source, record.task)
+            record.predicted_tokens = max(1, min(predicted, record.sampling.max_tokens))
+        elif record.kind == ROUTE:
+            record.predicted_tokens = self._settings.fallback_tokens
         else:
-            job.predicted_tokens = 1
-        return QueuedRequest(
-            request_id=job.key,
-            predicted_tokens=job.predicted_tokens,
-            input_tokens=job.input_tokens,
-            arrival_s=job.state.arrival_s,
-            deadline_s=job.state.deadline_s,
-            payload=job,
+            record.predicted_tokens = 1
+        record.ticket = QueuedRequest(
+            request_id=record.id,
+            predicted_tokens=record.predicted_tokens,
+            input_tokens=record.input_tokens,
+            arrival_s=record.request.arrival_s,
+            deadline_s=record.request.deadline_s,
         )
+        return record.ticket
 
-    async def _solve(self, job: PromptJob) -> None:
+    def _requeue(self, record: PromptRecord) -> None:
+        self._policy.requeue(self._ticket(record))
+        record.bin = self._policy.bin_of(record.id)
+
+    async def _solve(self, record: PromptRecord) -> None:
         try:
-            outcome = RowOutcome(text=await self._solve_graph(job.prepared.source), task=job.task)
+            outcome = RowOutcome(text=await self._solve_graph(record.prepared.source))
         except PromptError as exc:
-            outcome = RowOutcome.failed(str(exc), task=job.task)
+            outcome = RowOutcome.failed(str(exc))
         except Exception as exc:
             logger.exception("solving a graph prompt failed")
-            outcome = RowOutcome.failed(f"graph solver failed: {exc}", task=job.task)
-        self._settle(job, outcome)
+            outcome = RowOutcome.failed(f"graph solver failed: {exc}")
+        self._settle(record, outcome)
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -233,14 +235,14 @@ class SchedulerCore:
         now = self._clock()
         self._progress_s[channel] = now
         for row in first:
-            running = self._running.get(row)
-            if running is not None:
-                running.job.state.first_token(running.job.index, now)
+            record = self._running_on(channel, row)
+            if record is not None:
+                record.first_token(now)
         for row, text in deltas:
-            running = self._running.get(row)
-            if running is not None:
-                running.job.state.first_token(running.job.index, now)
-                running.job.state.stream_text(running.job.index, running.job.task, text, now)
+            record = self._running_on(channel, row)
+            if record is not None:
+                record.first_token(now)
+                record.stream_text(text, now)
         self._report(channel, load)
         self._schedule_or_restart()
 
@@ -248,15 +250,14 @@ class SchedulerCore:
         self, channel: InstanceChannel, row: int, outcome: RowOutcome, load: InstanceLoad
     ) -> None:
         self._progress_s[channel] = self._clock()
-        running = self._running.get(row)
-        if running is not None and running.channel is channel:
-            del self._running[row]
-            self._policy.finished(running.instance, running.queued, outcome.num_output_tokens)
+        record = self._running_on(channel, row)
+        if record is not None:
+            self._stopped_running(record, outcome.num_output_tokens)
             try:
-                self._finished_row(running.job, outcome)
+                self._finished_row(record, outcome)
             except Exception as exc:  # the prompt still gets its one answer
                 logger.exception("handling the outcome of row %d failed", row)
-                self._settle(running.job, RowOutcome.failed(f"the scheduler failed on this answer: {exc}"))
+                self._settle(record, RowOutcome.failed(f"the scheduler failed on this answer: {exc}"))
         self._report(channel, load)
         self._schedule_or_restart()
 
@@ -274,31 +275,27 @@ class SchedulerCore:
             self._events.instances_serving(len(self._channels))
             log = logger.info if self._draining else logger.error
             log("instance %s is out of service (%s)", name, reason)
-        requeue: list[PromptJob] = []
-        fail: list[PromptJob] = []
-        for row, running in list(self._running.items()):
-            if running.channel is not channel:
-                continue
-            del self._running[row]
-            job = running.job
-            if job.state.done or job.state.outcomes[job.index] is not None:
-                continue
-            wanted_again = not self._draining and not job.streamed_anything
-            (requeue if wanted_again and job.attempts < self._settings.max_attempts else fail).append(job)
+        requeue: list[PromptRecord] = []
+        fail: list[PromptRecord] = []
+        for record in [r for r in self._prompts.values() if r.channel is channel]:
+            self._stopped_running(record, 0)
+            wanted_again = not self._draining and not record.streamed
+            retry = wanted_again and record.attempts < self._settings.max_attempts
+            (requeue if retry else fail).append(record)
         if requeue:
             self._events.requeued(len(requeue))  # counted before any answer goes out
-        for job in requeue:
-            job.instance = job.row = None
-            self._policy.requeue(self._queued_request(job))
-        for job in fail:
-            self._settle(job, RowOutcome.failed(f"model instance {name} failed while running this prompt"))
+        for record in requeue:
+            record.instance = None
+            self._requeue(record)
+        for record in fail:
+            self._settle(record, RowOutcome.failed(f"model instance {name} failed while running this prompt"))
         self._schedule_or_restart()
 
     def check_hung(self) -> None:
         """Take out of service, and end, every instance that has rows but made no progress
         for ``hang_after_s`` (a stuck kernel, a deadlock): its prompts go elsewhere."""
         now = self._clock()
-        busy = {running.channel for running in self._running.values()}
+        busy = {record.channel for record in self._prompts.values() if record.channel is not None}
         for channel in busy:
             silent_s = now - self._progress_s.get(channel, now)
             if silent_s <= self._settings.hang_after_s:
@@ -310,6 +307,18 @@ class SchedulerCore:
                 channel.terminate()
             except Exception:
                 logger.exception("ending hung instance %s failed", name)
+
+    def _running_on(self, channel: InstanceChannel, row: int) -> PromptRecord | None:
+        """The prompt running as ``row`` on ``channel`` (a retired or lost connection's late
+        messages find nothing)."""
+        record = self._prompts.get(row)
+        return record if record is not None and record.channel is channel else None
+
+    def _stopped_running(self, record: PromptRecord, output_tokens: int) -> None:
+        """The row left its instance: release what the policy reserved for it."""
+        self._policy.finished(record.instance, record.ticket, output_tokens)
+        record.channel = None
+        self._running -= 1
 
     def _report(self, channel: InstanceChannel, load: InstanceLoad) -> None:
         name = self._names.get(channel)
@@ -323,33 +332,31 @@ class SchedulerCore:
 
     def schedule(self) -> None:
         """Shed what cannot make its deadline, then start what each instance has room for."""
-        if self._fault_pending:
-            self._fault_pending = False
-            raise InjectedFault("injected scheduler fault")
+        self._faults.before_schedule()
         now = self._clock()
         shed = self._policy.shed(now)
         if shed:
             self._events.shed(len(shed))  # counted before the answers go out
-        for request in shed:
-            job: PromptJob = request.payload
-            self._settle(job, RowOutcome.failed("deadline exceeded", task=job.task, reason="cancelled"))
-        started = self._policy.admit_spread(now)
-        busy = {running.channel for running in self._running.values()} if started else set()
-        for name, chosen in started.items():
+        for ticket in shed:
+            record = self._prompts[ticket.request_id]
+            self._settle(record, RowOutcome.failed("deadline exceeded", reason="cancelled"))
+        admitted = self._policy.admit_spread(now)
+        busy = {record.channel for record in self._prompts.values()} if admitted else set()
+        for name, tickets in admitted.items():
             channel = self._channels[name]
             if channel not in busy:
                 self._progress_s[channel] = now  # idle until now: silence counts from here
-            rows = []
-            for request in chosen:
-                job = request.payload
-                row = next(self._rows)
-                job.instance, job.row = name, row
-                job.attempts += 1
-                job.state.dispatched_s[job.index] = now
-                self._running[row] = _Running(job, request, name, channel)
-                rows.append(work_to_dict(self._work(job, row, now)))
-            channel.send({"type": "run", "rows": rows})
+            rows = tuple(self._start(self._prompts[t.request_id], name, channel, now) for t in tickets)
+            channel.send(Run(rows))
             self._events.admitted(name, len(rows))
+
+    def _start(self, record: PromptRecord, name: str, channel: InstanceChannel, now: float) -> RowWork:
+        """The record as a row on instance ``name``; its id is the row's id there."""
+        record.instance, record.channel = name, channel
+        record.attempts += 1
+        record.dispatched_s = now
+        self._running += 1
+        return self._work(record, now)
 
     def report_queue(self) -> None:
         """Queue depth per bin to the observer (from the loop's tick, not per event)."""
@@ -365,30 +372,27 @@ class SchedulerCore:
     def next_wakeup_s(self) -> float | None:
         return self._policy.next_wakeup_s(self._clock())
 
-    def _work(self, job: PromptJob, row: int, now: float) -> RowWork:
-        prepared, sampling = job.prepared, job.sampling
-        seconds_left = None if job.state.deadline_s is None else max(0.0, job.state.deadline_s - now)
+    def _work(self, record: PromptRecord, now: float) -> RowWork:
+        prepared, sampling = record.prepared, record.sampling
+        deadline_s = record.request.deadline_s
+        seconds_left = None if deadline_s is None else max(0.0, deadline_s - now)
         if prepared.kind == SCORE:
             return RowWork(
-                row=row,
-                kind=SCORE,
-                prompt=prepared.model_prompt,
-                chat=prepared.chat,
-                choices=prepared.continuations,
+                row=record.id, kind=SCORE, prompt=record.model_text, choices=prepared.continuations
             )
         if prepared.kind == ROUTE:
             return RowWork(
-                row=row,
+                row=record.id,
                 kind=GENERATE,
-                prompt=prepared.model_prompt,
+                prompt=record.model_text,
                 mode="draft_only",
                 max_tokens=self._settings.fallback_tokens,
                 seconds_left=seconds_left,
             )
         return RowWork(
-            row=row,
+            row=record.id,
             kind=GENERATE,
-            prompt=prepared.model_prompt,
+            prompt=record.model_text,
             mode=self._settings.generation_mode,
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
@@ -396,116 +400,101 @@ class SchedulerCore:
             top_k=sampling.top_k,
             stop=sampling.stop,
             stream=sampling.stream,
-            chat=prepared.chat,
             seconds_left=seconds_left,
         )
 
-    def _finished_row(self, job: PromptJob, outcome: RowOutcome) -> None:
-        if outcome.finish_reason == "deadline":
-            outcome = replace(outcome, finish_reason="cancelled", error="deadline exceeded")
-        elif outcome.finish_reason == "cancelled" and not outcome.error:
-            outcome = replace(outcome, error="request cancelled")
-        if job.prepared.kind == ROUTE and not outcome.error:
-            self._route(job, outcome.text)
+    def _finished_row(self, record: PromptRecord, outcome: RowOutcome) -> None:
+        ended_early = outcome.error or outcome.finish_reason in ("deadline", "cancelled")
+        if record.kind == ROUTE and not ended_early:
+            self._route(record, outcome.text)
             return
-        if job.prepared.kind == GENERATE and not outcome.error:
-            self._predictor.observe(job.prepared.source, job.task, outcome.num_output_tokens)
-        self._settle(job, outcome)
+        if record.kind == GENERATE and not outcome.error:
+            self._predictor.observe(record.prepared.source, record.task, outcome.num_output_tokens)
+        self._settle(record, outcome)
 
-    def _route(self, job: PromptJob, draft_answer: str) -> None:
+    def _route(self, record: PromptRecord, draft_answer: str) -> None:
         """The draft model placed an ambiguous prompt: prepare it for that task and go on."""
-        source = job.prepared.source
-        evidence = route_evidence(source)
+        source = record.prepared.source
         task = parse_task(draft_answer)
-        if task not in evidence.candidates:
+        if task not in route_evidence(source).candidates:
             task = DEFAULT_TASK
         try:
-            job.prepared = prepare_prompt(source, task, job.prepared.chat)
-            job.input_tokens = self._intake.check_context(job.prepared, job.sampling.max_tokens)
+            self._intake.prepare(record, source, task, record.prepared.chat)
         except PromptError as exc:
-            self._settle(job, RowOutcome.failed(str(exc), task=task))
+            record.task = task
+            self._settle(record, RowOutcome.failed(str(exc)))
             return
-        if job.prepared.kind == SOLVE:
-            self._spawn(self._solve(job))
+        if record.kind == SOLVE:
+            self._spawn(self._solve(record))
         else:
-            job.attempts = 0
-            self._policy.requeue(self._queued_request(job))
+            record.attempts = 0
+            self._requeue(record)
 
-    def _settle(self, job: PromptJob, outcome: RowOutcome) -> None:
-        job.settle(outcome, self._clock())
+    def _settle(self, record: PromptRecord, outcome: RowOutcome) -> None:
+        self._prompts.pop(record.id, None)
+        record.settle(outcome, self._clock())
 
-    def _settled(self, state: RequestState, outcomes: list[RowOutcome], timings: list[PromptTiming]) -> None:
-        self._active.pop(state.serial, None)
-        self._jobs_of.pop(state.serial, None)
-        self._events.settled(outcomes, timings)
+    def _request_settled(self, state: RequestState) -> None:
+        outcomes = [record.outcome for record in state.prompts]
+        self._events.settled(outcomes, [record.timing() for record in state.prompts])
 
     # ---- cancellation and shutdown ----------------------------------------------------
 
     def flush_streams(self) -> None:
         """Send the streamed text that is waiting for its interval."""
         now = self._clock()
-        for state in list(self._active.values()):
-            if state.stream:
-                state.flush(now)
+        for record in list(self._prompts.values()):
+            if record.request.stream:
+                record.send_unsent(now)
 
     def poll_cancellations(self) -> None:
         """Withdraw the prompts of requests whose client cancelled: queued ones now, running
         ones at their instance's next step."""
-        for serial, state in list(self._active.items()):
-            if state.done or not state.reply.is_cancelled():
+        asked: dict[int, bool] = {}
+        cancel: list[PromptRecord] = []
+        for record in list(self._prompts.values()):
+            request = id(record.request)
+            if request not in asked:
+                asked[request] = record.request.reply.is_cancelled()
+            if not asked[request]:
                 continue
-            rows: list[int] = []
-            for job in self._jobs_of.get(serial, ()):
-                if state.outcomes[job.index] is not None:
-                    continue
-                if self._policy.cancel(job.key) is not None or job.prepared.kind == SOLVE:
-                    self._settle(
-                        job, RowOutcome.failed("request cancelled", task=job.task, reason="cancelled")
-                    )
-                elif job.row is not None:
-                    rows.append(job.row)
-            self._cancel_rows(rows)
-
-    @property
-    def running_rows(self) -> int:
-        return len(self._running)
+            if self._policy.cancel(record.id) is not None or record.kind == SOLVE:
+                self._settle(record, RowOutcome.failed("request cancelled", reason="cancelled"))
+            elif record.channel is not None:
+                cancel.append(record)
+        self._cancel_rows(cancel)
 
     def begin_shutdown(self, message: str = "the server is shutting down") -> None:
         """Admit nothing more and answer every queued prompt; running rows may finish."""
         self._draining = True
-        for serial in list(self._active):
-            for job in self._jobs_of.get(serial, ()):
-                if self._policy.cancel(job.key) is not None:
-                    self._settle(job, RowOutcome.failed(message, task=job.task))
+        for record in list(self._prompts.values()):
+            if self._policy.cancel(record.id) is not None:
+                self._settle(record, RowOutcome.failed(message))
 
     def fail_everything(self, message: str) -> None:
         """Answer every prompt still held (shutdown, or the loop failing) with ``message``;
         rows running on instances are cancelled there and their reservations released."""
-        for running in self._running.values():
-            self._policy.finished(running.instance, running.queued, 0)
-        self._cancel_rows(list(self._running))
-        self._running.clear()
-        for serial in list(self._active):
-            for job in self._jobs_of.get(serial, ()):
-                self._policy.cancel(job.key)
-                self._settle(job, RowOutcome.failed(message, task=job.task))
+        running = [record for record in self._prompts.values() if record.channel is not None]
+        self._cancel_rows(running)
+        for record in running:
+            self._stopped_running(record, 0)
+        for record in list(self._prompts.values()):
+            self._policy.cancel(record.id)
+            self._settle(record, RowOutcome.failed(message))
 
     def restart(self, error: Exception) -> None:
         """After a failed scheduling step: answer everything held, keep the instances, go on."""
         logger.error(
             "the scheduler failed (%s); answering every pending prompt and going on", error, exc_info=error
         )
-        self._fault_pending = False
         message = f"the scheduler failed while this prompt was pending ({error}); retry"
         self._events.restarted(message)  # counted before the answers go out
         self.fail_everything(message)
 
-    def _cancel_rows(self, rows: list[int]) -> None:
-        """Tell the connections running these rows to drop them at their next step."""
+    def _cancel_rows(self, records: list[PromptRecord]) -> None:
+        """Tell the connections running these prompts to drop them at their next step."""
         by_channel: dict[InstanceChannel, list[int]] = {}
-        for row in rows:
-            running = self._running.get(row)
-            if running is not None:
-                by_channel.setdefault(running.channel, []).append(row)
-        for channel, mine in by_channel.items():
-            channel.send({"type": "cancel", "rows": mine})
+        for record in records:
+            by_channel.setdefault(record.channel, []).append(record.id)
+        for channel, rows in by_channel.items():
+            channel.send(Cancel(tuple(rows)))

@@ -15,18 +15,10 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
+from specbatch.serving.framing import HEADER, FrameError, body_length, prepare_socket_dir, unpack
+from specbatch.serving.messages import Done, Hello, Message, Step, decode, encode
 from specbatch.serving.scheduler.core import SchedulerCore
-from specbatch.serving.wire import (
-    WireError,
-    decode,
-    encode,
-    frame_length,
-    load_from_dict,
-    outcome_from_dict,
-    prepare_socket_dir,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +32,7 @@ class _Channel:
         self._writer = writer
         self._pid = pid
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         if not self._writer.is_closing():
             self._writer.write(encode(message))
 
@@ -84,16 +76,16 @@ class InstanceHub:
         channel, name = None, None
         try:
             hello = await asyncio.wait_for(_read(reader), HELLO_TIMEOUT_S)
-            if hello is None or hello.get("type") != "hello" or not isinstance(hello.get("instance"), str):
-                raise WireError("the first message must be a hello naming the instance")
-            name = hello["instance"]
-            pid = hello.get("pid")
-            channel = _Channel(writer, pid if isinstance(pid, int) else None)
-            self._core.instance_joined(name, load_from_dict(hello.get("load", {})), channel)
-            while (message := await _read(reader)) is not None:
-                self._dispatch(channel, name, message)
+            if hello is None or hello.get("type") != Hello.TYPE:
+                raise FrameError("the first message must be a hello naming the instance")
+            introduced = Hello.from_wire(hello)
+            name = introduced.instance
+            channel = _Channel(writer, introduced.pid)
+            self._core.instance_joined(name, introduced.load, channel)
+            while (data := await _read(reader)) is not None:
+                self._dispatch(channel, name, data)
             reason = "its connection closed"
-        except (OSError, WireError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+        except (OSError, FrameError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
             reason = f"its connection failed: {exc}"
         except asyncio.CancelledError:
             reason = "the scheduler is stopping"
@@ -106,27 +98,25 @@ class InstanceHub:
         if channel is not None:
             self._core.instance_lost(channel, reason)
 
-    def _dispatch(self, channel: _Channel, name: str, message: dict[str, Any]) -> None:
-        kind = message["type"]
+    def _dispatch(self, channel: _Channel, name: str, data: dict) -> None:
         try:
-            load = load_from_dict(message["load"])
-            if kind == "step":
-                self._core.instance_step(channel, message["first"], message["deltas"], load)
-            elif kind == "done":
-                self._core.instance_done(
-                    channel, int(message["row"]), outcome_from_dict(message["outcome"]), load
-                )
+            message = decode(data)
+            if isinstance(message, Step):
+                self._core.instance_step(channel, message.first, message.deltas, message.load)
+            elif isinstance(message, Done):
+                self._core.instance_done(channel, message.row, message.outcome, message.load)
             else:
-                logger.warning("instance %s sent an unknown message %r", name, kind)
+                logger.warning("instance %s sent an unexpected %s message", name, data["type"])
         except Exception:  # one bad message loses itself, not the instance
-            logger.exception("handling %r from instance %s failed", kind, name)
+            logger.exception("handling %r from instance %s failed", data["type"], name)
 
 
-async def _read(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+async def _read(reader: asyncio.StreamReader) -> dict | None:
+    """One frame's object; None at a clean end of stream."""
     try:
-        header = await reader.readexactly(4)
+        header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
             return None
         raise
-    return decode(await reader.readexactly(frame_length(header)))
+    return unpack(await reader.readexactly(body_length(header)))

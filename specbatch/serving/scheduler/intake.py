@@ -1,8 +1,9 @@
-"""Admission of one ensemble request into the scheduler: validate, then state and jobs.
+"""A request entering the scheduler: validated into its state and one record per prompt.
 
-Every prompt leaves here either settled at once (an error of its own) or as a
-`PromptJob` of the request's `RequestState`. Problems with the request as a whole
-(no prompt, too many, columns of the wrong length) raise RequestError.
+Every prompt leaves here prepared for its task (its model text rendered and counted
+against the context), or with an error of its own to answer it with. Problems with
+the request as a whole (no prompt, too many, columns of the wrong length) raise
+RequestError.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specbatch.serving.chat import ChatFormat, parse_history
+from specbatch.serving.messages import GENERATE, SCORE, RowOutcome
 from specbatch.serving.params import (
     PromptError,
     RequestError,
@@ -21,9 +23,9 @@ from specbatch.serving.params import (
     decode_stop_words,
     sampling_params,
 )
-from specbatch.serving.scheduler.state import PromptJob, ReplySink, RequestState, Settled
-from specbatch.serving.scheduler.tasks import GENERATE, SCORE, PreparedPrompt, prepare_prompt
-from specbatch.serving.wire import RowOutcome
+from specbatch.serving.scheduler.records import PromptRecord, ReplySink, RequestState, Settled
+from specbatch.serving.scheduler.tasks import prepare_prompt
+from specbatch.serving.target_text import TargetText
 
 MAX_PROMPTS_PER_REQUEST = 64
 MAX_PROMPT_BYTES = 1 << 20
@@ -35,7 +37,6 @@ class RoutedRequest:
 
     prompts: Sequence[bytes | str]
     tasks: Sequence[str]
-    predicted_tokens: Sequence[int]
     route_errors: Sequence[str] = ()
     max_tokens: Sequence[int] | None = None
     temperature: Sequence[float] | None = None
@@ -49,36 +50,31 @@ class RoutedRequest:
     stop_words: Sequence[bytes | str] | None = None
 
 
-ChatRenderer = Callable[[str, ChatFormat], str]
+Failures = list[tuple[PromptRecord, RowOutcome]]
 
 
 class RequestIntake:
-    """Turns routed requests into a request state, its prompt jobs and immediate errors."""
+    """Turns routed requests into a request state, its prompt records and their errors."""
 
     def __init__(
         self,
         limits: ServingLimits,
-        count_tokens: Callable[[str], int],
-        max_context: int,
+        target: TargetText,
         clock: Callable[[], float],
-        render_chat: ChatRenderer | None = None,
         stream_interval_s: float = 0.0,
     ) -> None:
-        """`render_chat(content, chat)` is the instance's rendering of a chat prompt, so a
-        conversation is counted against the context exactly as the model will see it;
-        `stream_interval_s` coalesces a streaming prompt's text (see RequestState)."""
-        self._stream_interval_s = stream_interval_s
+        """``stream_interval_s`` coalesces a streaming prompt's text (see RequestState)."""
         self._limits = limits
-        self._count_tokens = count_tokens
-        self._max_context = max_context
+        self._target = target
         self._clock = clock
-        self._render_chat = render_chat
-        self._serial = itertools.count()
+        self._stream_interval_s = stream_interval_s
+        self._ids = itertools.count()
 
-    def admit(
+    def receive(
         self, request: RoutedRequest, reply: ReplySink, on_settled: Settled | None = None
-    ) -> tuple[RequestState, list[PromptJob], list[tuple[int, RowOutcome]]]:
-        """The request's state, the jobs to run, and the (index, error) pairs to settle now."""
+    ) -> tuple[RequestState, Failures]:
+        """The request's state with a record per prompt, and the records to fail at once
+        (with their errors); the others are prepared to run."""
         count = len(request.prompts)
         if count == 0:
             raise RequestError("text_input holds no prompt")
@@ -99,66 +95,53 @@ class RequestIntake:
         }
         stop = decode_stop_words(request.stop_words)
         tasks = broadcast(request.tasks, count, "task")
-        predicted = broadcast(request.predicted_tokens, count, "predicted_tokens")
         now = self._clock()
         state = RequestState(
-            next(self._serial),
-            count,
             reply,
             now,
             stream=request.stream,
             deadline_s=now + request.timeout_s if request.timeout_s else None,
-            on_settled=on_settled,
             stream_interval_s=self._stream_interval_s,
+            on_settled=on_settled,
         )
-        jobs: list[PromptJob] = []
-        errors: list[tuple[int, RowOutcome]] = []
+        failures: Failures = []
         for index in range(count):
-            task = tasks[index]
+            record = state.add_prompt(next(self._ids), tasks[index])
             try:
                 if route_errors[index]:
                     raise PromptError(route_errors[index])
                 raw = request.prompts[index]
                 if len(raw) > MAX_PROMPT_BYTES:
                     raise PromptError(f"prompt is {len(raw)} bytes; at most {MAX_PROMPT_BYTES} per prompt")
-                text = decode_prompt(raw)
-                sampling = sampling_params(
+                record.sampling = sampling_params(
                     self._limits,
                     stream=request.stream,
                     stop=stop,
                     **{k: (v[index] if v else None) for k, v in columns.items()},
                 )
-                prepared = prepare_prompt(text, task, _chat_format(index, **chat_columns))
-                input_tokens = self.check_context(prepared, sampling.max_tokens)
+                self.prepare(record, decode_prompt(raw), tasks[index], _chat_format(index, **chat_columns))
             except PromptError as exc:
-                errors.append((index, RowOutcome.failed(str(exc), task=task)))
-                continue
-            jobs.append(
-                PromptJob(
-                    state=state,
-                    index=index,
-                    prepared=prepared,
-                    sampling=sampling,
-                    input_tokens=input_tokens,
-                    predicted_tokens=max(1, min(int(predicted[index]), sampling.max_tokens)),
-                )
-            )
-        return state, jobs, errors
+                failures.append((record, RowOutcome.failed(str(exc))))
+        return state, failures
 
-    def check_context(self, prepared: PreparedPrompt, max_tokens: int) -> int:
+    def prepare(self, record: PromptRecord, text: str, task: str, chat: ChatFormat | None) -> None:
+        """Ready ``record`` for ``task``: its stage, the exact text the model will see, and
+        that text's tokens within the model's context (PromptError otherwise)."""
+        prepared = prepare_prompt(text, task, chat)
+        record.prepared, record.task = prepared, prepared.task
         if prepared.kind not in (GENERATE, SCORE):
-            return 0
-        text = prepared.model_prompt
-        if prepared.chat is not None and self._render_chat is not None:
-            text = self._render_chat(text, prepared.chat)
-        input_tokens = self._count_tokens(text)
-        needed = input_tokens + (max_tokens if prepared.kind == GENERATE else 1)
-        if needed > self._max_context:
+            record.model_text, record.input_tokens = prepared.model_prompt, 0
+            return
+        record.model_text = self._target.model_text(prepared.model_prompt, prepared.chat)
+        record.input_tokens = self._target.count(record.model_text)
+        assert record.sampling is not None
+        max_tokens = record.sampling.max_tokens
+        needed = record.input_tokens + (max_tokens if prepared.kind == GENERATE else 1)
+        if needed > self._target.max_context:
             raise PromptError(
-                f"prompt is {input_tokens} tokens; with max_tokens={max_tokens} it needs {needed}, "
-                f"over the model context of {self._max_context} tokens"
+                f"prompt is {record.input_tokens} tokens; with max_tokens={max_tokens} it needs {needed}, "
+                f"over the model context of {self._target.max_context} tokens"
             )
-        return input_tokens
 
 
 def _chat_format(

@@ -1,24 +1,26 @@
-"""One client request inside the scheduler, and the prompt jobs that point into it.
+"""One client request inside the scheduler, and one record per prompt of it.
 
-A request's prompts are routed, queued and run apart, and finish in any order. Its
-`RequestState` holds what they share: the reply sink, arrival and deadline, each
-prompt's streamed text, timing and outcome. A `PromptJob` is one prompt's place in
-the queue or on an instance, and carries `(state, index)`; results are written
-straight into the state, which sends the single final response when the last prompt
-is settled.
+A request's prompts are routed, queued and run apart, and finish in any order. The
+`RequestState` holds what they share (the reply sink, arrival, deadline, streaming)
+and owns a `PromptRecord` per prompt: everything the scheduler knows of that prompt
+from intake to its answer — what runs (the prepared prompt and its sampling), the
+prediction and bin it was queued with, where it runs (instance, connection), its
+attempts, timings, streamed text and outcome. A result is written straight into the
+record; the request sends its single final response when its last record settles.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
+from specbatch.scheduling.requests import QueuedRequest
 from specbatch.serving.latency import PromptTiming
+from specbatch.serving.messages import RowOutcome
 from specbatch.serving.params import SamplingParams
 from specbatch.serving.scheduler.tasks import PreparedPrompt
-from specbatch.serving.wire import RowOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -33,139 +35,147 @@ class ReplySink(Protocol):
     def is_cancelled(self) -> bool: ...
 
 
-Settled = Callable[["RequestState", list[RowOutcome], list[PromptTiming]], None]
+Settled = Callable[["RequestState"], None]
 
 
+@dataclass(eq=False)
+class PromptRecord:
+    """One prompt of a request, from intake to its answer."""
+
+    request: RequestState
+    index: int
+    id: int  # unique in the scheduler: the prompt's key in the queue and its row on an instance
+    task: str = ""
+    prepared: PreparedPrompt | None = None
+    sampling: SamplingParams | None = None
+    model_text: str = ""  # exactly what the model continues (a chat prompt rendered)
+    input_tokens: int = 0
+    predicted_tokens: int = 1
+    bin: int | None = None
+    ticket: QueuedRequest | None = None  # the policy's view, while queued or running
+    attempts: int = 0
+    instance: str | None = None
+    channel: Any = None  # the instance connection running it; None while not running
+    dispatched_s: float | None = None
+    first_token_s: float | None = None
+    done_s: float = 0.0
+    streamed: str = ""
+    unsent: str = ""
+    last_sent_s: float | None = None
+    outcome: RowOutcome | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def kind(self) -> str:
+        return "" if self.prepared is None else self.prepared.kind
+
+    def first_token(self, now_s: float) -> None:
+        if self.first_token_s is None:
+            self.first_token_s = now_s
+
+    def stream_text(self, text: str, now_s: float) -> None:
+        """Text the model produced; with an interval, pieces are coalesced (see RequestState)."""
+        if not (self.request.stream and text and self.outcome is None):
+            return
+        self.streamed += text
+        self.unsent += text
+        interval = self.request.stream_interval_s
+        if self.last_sent_s is None or now_s - self.last_sent_s >= interval:
+            self.send_unsent(now_s)
+
+    def send_unsent(self, now_s: float) -> None:
+        if not self.unsent:
+            return
+        text, self.unsent = self.unsent, ""
+        self.last_sent_s = now_s
+        self.request.reply.delta(self.index, self.task, text)
+
+    def settle(self, outcome: RowOutcome, now_s: float) -> bool:
+        """This prompt's answer (task named, mmlu letter formatted; the first one wins);
+        True when it completed the request, whose final response has then gone out."""
+        if self.outcome is not None:
+            return False
+        outcome = as_answered(outcome if self.prepared is None else self.prepared.answer(outcome), self.task)
+        if self.request.stream and outcome.text.startswith(self.streamed):
+            self.stream_text(outcome.text[len(self.streamed) :], now_s)
+        self.send_unsent(now_s)
+        self.outcome = outcome
+        self.done_s = now_s
+        self.channel = None
+        return self.request.prompt_settled()
+
+    def timing(self) -> PromptTiming:
+        return PromptTiming(
+            arrival_s=self.request.arrival_s,
+            done_s=self.done_s,
+            dispatched_s=self.dispatched_s,
+            first_token_s=self.first_token_s,
+            output_tokens=self.outcome.num_output_tokens if self.outcome is not None else 0,
+        )
+
+
+def as_answered(outcome: RowOutcome, task: str) -> RowOutcome:
+    """A row's outcome as the client sees it: its task named, an instance's deadline
+    stop reported as the cancellation it is, every cancellation with its reason."""
+    reason, error = outcome.finish_reason, outcome.error
+    if reason == "deadline":
+        reason, error = "cancelled", "deadline exceeded"
+    elif reason == "cancelled" and not error:
+        error = "request cancelled"
+    return replace(outcome, task=task, finish_reason=reason, error=error)
+
+
+@dataclass(eq=False)
 class RequestState:
-    """The prompts of one request, their streamed text, timings and outcomes."""
+    """One request: its reply sink, clock marks, and its prompts' records.
 
-    def __init__(
-        self,
-        serial: int,
-        count: int,
-        reply: ReplySink,
-        arrival_s: float,
-        *,
-        stream: bool = False,
-        deadline_s: float | None = None,
-        on_settled: Settled | None = None,
-        stream_interval_s: float = 0.0,
-    ) -> None:
-        """With ``stream_interval_s`` > 0 a prompt's first text goes out at once and later
-        text at most once per interval (pieces coalesced), since every response sent is
-        a round trip to the server process; `flush` sends what waits."""
-        if count <= 0:
-            raise ValueError("a request needs at least one prompt")
-        self.serial = serial
-        self.reply = reply
-        self.arrival_s = arrival_s
-        self.stream = stream
-        self.deadline_s = deadline_s
-        self._on_settled = on_settled
-        self.outcomes: list[RowOutcome | None] = [None] * count
-        self.streamed = [""] * count
-        self._unsent = [""] * count
-        self._unsent_task = [""] * count
-        self._last_sent: list[float | None] = [None] * count
-        self._stream_interval_s = stream_interval_s
-        self.dispatched_s: list[float | None] = [None] * count
-        self.first_token_s: list[float | None] = [None] * count
-        self.done_s: list[float] = [0.0] * count
-        self._missing = count
+    With ``stream_interval_s`` > 0 a prompt's first text goes out at once and later text
+    at most once per interval (pieces coalesced), since every response sent is a round
+    trip to the server process; `flush` sends what waits.
+    """
+
+    reply: ReplySink
+    arrival_s: float
+    stream: bool = False
+    deadline_s: float | None = None
+    stream_interval_s: float = 0.0
+    on_settled: Settled | None = None
+    prompts: list[PromptRecord] = field(default_factory=list)
+    _missing: int = 0
+
+    def add_prompt(self, prompt_id: int, task: str) -> PromptRecord:
+        record = PromptRecord(request=self, index=len(self.prompts), id=prompt_id, task=task)
+        self.prompts.append(record)
+        self._missing += 1
+        return record
 
     @property
     def done(self) -> bool:
         return self._missing == 0
 
-    def stream_text(self, index: int, task: str, text: str, now_s: float = 0.0) -> None:
-        if not (self.stream and text and self.outcomes[index] is None):
-            return
-        self.streamed[index] += text
-        self._unsent[index] += text
-        self._unsent_task[index] = task
-        last = self._last_sent[index]
-        if last is None or now_s - last >= self._stream_interval_s:
-            self._send(index, now_s)
+    @property
+    def outcomes(self) -> list[RowOutcome | None]:
+        return [record.outcome for record in self.prompts]
 
     def flush(self, now_s: float) -> None:
         """Send every prompt's text still waiting for its interval."""
-        for index, text in enumerate(self._unsent):
-            if text:
-                self._send(index, now_s)
+        for record in self.prompts:
+            record.send_unsent(now_s)
 
-    def _send(self, index: int, now_s: float) -> None:
-        text, self._unsent[index] = self._unsent[index], ""
-        self._last_sent[index] = now_s
-        self.reply.delta(index, self._unsent_task[index], text)
-
-    def first_token(self, index: int, now_s: float) -> None:
-        if self.first_token_s[index] is None:
-            self.first_token_s[index] = now_s
-
-    def settle(self, index: int, outcome: RowOutcome, now_s: float) -> bool:
-        """Record prompt ``index``'s outcome (the first one wins); True when this completed
-        the request, whose final response has then gone out."""
-        if self.outcomes[index] is not None:
-            return False
-        if self.stream and outcome.text.startswith(self.streamed[index]):
-            self.stream_text(index, outcome.task, outcome.text[len(self.streamed[index]) :], now_s)
-        if self._unsent[index]:
-            self._send(index, now_s)
-        self.outcomes[index] = outcome
-        self.done_s[index] = now_s
+    def prompt_settled(self) -> bool:
+        """Count one settled prompt; after the last, record the request and answer it."""
         self._missing -= 1
         if self._missing:
             return False
-        outcomes = [o for o in self.outcomes if o is not None]
-        if self._on_settled is not None:
+        if self.on_settled is not None:
             # Recorded before the answer goes out, so whoever reads the metrics after
             # receiving it sees this request counted.
             try:
-                self._on_settled(self, outcomes, self.timings())
+                self.on_settled(self)
             except Exception:  # bookkeeping (metrics) must not keep the answer from going out
-                logger.exception("recording the settled request %d failed", self.serial)
-        self.reply.final(outcomes)
+                logger.exception("recording a settled request failed")
+        self.reply.final([record.outcome for record in self.prompts if record.outcome is not None])
         return True
-
-    def timings(self) -> list[PromptTiming]:
-        return [
-            PromptTiming(
-                arrival_s=self.arrival_s,
-                done_s=self.done_s[i],
-                dispatched_s=self.dispatched_s[i],
-                first_token_s=self.first_token_s[i],
-                output_tokens=outcome.num_output_tokens if outcome is not None else 0,
-            )
-            for i, outcome in enumerate(self.outcomes)
-        ]
-
-
-@dataclass(eq=False)
-class PromptJob:
-    """One prompt of a request on its way through the scheduler."""
-
-    state: RequestState
-    index: int
-    prepared: PreparedPrompt
-    sampling: SamplingParams
-    input_tokens: int = 0
-    predicted_tokens: int = 1
-    attempts: int = 0
-    instance: str | None = None
-    row: int | None = None
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.state.serial, self.index)
-
-    @property
-    def task(self) -> str:
-        return self.prepared.task
-
-    @property
-    def streamed_anything(self) -> bool:
-        return bool(self.state.streamed[self.index])
-
-    def settle(self, outcome: RowOutcome, now_s: float) -> bool:
-        """This prompt's answer (task named, mmlu letter formatted); see RequestState.settle."""
-        return self.state.settle(self.index, self.prepared.finish(replace(outcome, task=self.task)), now_s)

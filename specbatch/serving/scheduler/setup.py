@@ -6,12 +6,13 @@ import time
 
 from specbatch.routing import GraphSolverPool, GraphTimeoutError, SolverBusyError
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
+from specbatch.serving.faults import FaultHooks
 from specbatch.serving.latency import SlaTargets
 from specbatch.serving.params import PromptError, ServingLimits
 from specbatch.serving.scheduler.core import CoreSettings, SchedulerCore, SchedulerEvents, SolveGraph
 from specbatch.serving.scheduler.intake import RequestIntake
-from specbatch.serving.scheduler.tokens import load_token_counter
 from specbatch.serving.settings import ModelSettings
+from specbatch.serving.target_text import TargetText
 
 
 def build_limits(settings: ModelSettings) -> ServingLimits:
@@ -75,15 +76,14 @@ def graph_solver(pool: GraphSolverPool) -> SolveGraph:
     return solve
 
 
-def build_core(settings: ModelSettings, events: SchedulerEvents) -> tuple[SchedulerCore, GraphSolverPool]:
+def build_core(
+    settings: ModelSettings, events: SchedulerEvents, faults: FaultHooks
+) -> tuple[SchedulerCore, GraphSolverPool]:
     """The core, and the graph solver pool the scheduler's loop starts and closes."""
-    count_tokens, max_context, render_chat = load_token_counter(settings.model_path("target_model"))
     intake = RequestIntake(
         build_limits(settings),
-        count_tokens,
-        max_context,
+        TargetText.load(settings.model_path("target_model")),
         time.monotonic,
-        render_chat,
         stream_interval_s=settings.number("stream_interval_ms", 50.0) / 1000.0,
     )
     pool = GraphSolverPool(
@@ -100,5 +100,6 @@ def build_core(settings: ModelSettings, events: SchedulerEvents) -> tuple[Schedu
             hang_after_s=settings.number("instance_hang_ms", 60000.0) / 1000.0,
         ),
         events=events,
+        faults=faults,
     )
     return core, pool

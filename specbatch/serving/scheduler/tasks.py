@@ -23,9 +23,10 @@ from specbatch.routing import (
     parse_mmlu,
     scoring_continuations,
 )
+from specbatch.routing.classify import AMBIGUOUS
 from specbatch.serving.chat import ChatFormat
+from specbatch.serving.messages import GENERATE, SCORE, RowOutcome
 from specbatch.serving.params import PromptError
-from specbatch.serving.wire import AMBIGUOUS, GENERATE, SCORE, RowOutcome
 
 SOLVE, ROUTE = "solve", "route"
 _TASK_WORD = re.compile(r"\b(" + "|".join(TASKS) + r")\b", re.IGNORECASE)
@@ -43,16 +44,17 @@ class PreparedPrompt:
     continuations: tuple[str, ...] = ()
     chat: ChatFormat | None = None
 
-    def finish(self, outcome: RowOutcome) -> RowOutcome:
-        """The model's raw row outcome as this prompt's answer: task named, mmlu letter formatted."""
+    def answer(self, outcome: RowOutcome) -> RowOutcome:
+        """The model's raw row outcome as this prompt's answer: a scoring's best
+        continuation becomes its mmlu letter."""
         if outcome.error or self.kind != SCORE:
-            return replace(outcome, task=self.task)
+            return outcome
         if outcome.text not in self.continuations:
             return RowOutcome.failed(
-                f"scorer returned {outcome.text!r}, not one of {list(self.continuations)}", task=self.task
+                f"scorer returned {outcome.text!r}, not one of {list(self.continuations)}"
             )
         label = self.labels[self.continuations.index(outcome.text)]
-        return replace(outcome, task=self.task, text=format_mmlu_answer(label))
+        return replace(outcome, text=format_mmlu_answer(label))
 
 
 def prepare_prompt(text: str, task: str, chat: ChatFormat | None = None) -> PreparedPrompt:

@@ -1,17 +1,14 @@
-"""The serving path without Triton: the tiny pair on real engines, instance runners, and a
-scheduler core on an asyncio loop with those runners behind fake connections.
+"""The serving path without Triton: real engines over the tiny pair (the ``tiny_pair``
+fixture), instance runners, and a scheduler core on an asyncio loop with those runners
+behind fake connections.
 
-Every message between the core and a runner goes through the wire's encoding and back,
-so the tests see exactly what crosses the socket in the server. The pair is loaded in
-float64 (speculative and plain decoding then agree token for token, see
-decoding_fixtures) with EOS disabled, so every generated row runs to its budget and a
-row asked for many tokens is still running when a test cancels or loses it.
+Every message between the core and a runner is framed and decoded back, so the tests see
+exactly what crosses the socket in the server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
 from collections import defaultdict
@@ -19,33 +16,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specbatch.decoding import Engine, ModelPair, load_model_pair
+from serving_helpers import RecordingReply, over_the_wire
+
+from specbatch.decoding import Engine, ModelPair
 from specbatch.routing import solve_graph
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.serving.instance.runner import InstanceRunner
+from specbatch.serving.messages import Done, Message, RowOutcome, Step
 from specbatch.serving.params import PromptError, ServingLimits
 from specbatch.serving.scheduler.core import CoreSettings, SchedulerCore, SchedulerEvents
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
-from specbatch.serving.scheduler.tokens import load_token_counter
-from specbatch.serving.wire import (
-    RowOutcome,
-    decode,
-    encode,
-    load_from_dict,
-    outcome_from_dict,
-)
+from specbatch.serving.target_text import TargetText
 
 WAIT_S = 120.0  # generous: the machine running the tests may be busy with other work
 LONG_ROW_TOKENS = 1500  # a row that is certainly still running when a test acts on it
 IDLE_LOAD = InstanceLoad(blocks_total=256, blocks_free=256, block_size=16)
-
-
-@functools.cache
-def tiny_pair(directory: Path) -> ModelPair:
-    pair = load_model_pair(str(directory / "target"), str(directory / "draft"), device="cpu", dtype="float64")
-    pair.eos_token_ids.clear()
-    return pair
 
 
 def make_engine(pair: ModelPair) -> Engine:
@@ -53,19 +39,14 @@ def make_engine(pair: ModelPair) -> Engine:
     return Engine(pair, lookahead=2, kv_memory_budget_bytes=1 << 26)
 
 
-def over_the_wire(message: dict[str, Any]) -> dict[str, Any]:
-    """``message`` as the other end of the socket reads it."""
-    return decode(encode(message)[4:])
-
-
 class Inbox:
     """Collects a runner's messages (from any thread) and waits for a condition on them."""
 
     def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[Message] = []
         self._changed = threading.Condition()
 
-    def __call__(self, message: dict[str, Any]) -> None:
+    def __call__(self, message: Message) -> None:
         with self._changed:
             self.messages.append(over_the_wire(message))
             self._changed.notify_all()
@@ -74,55 +55,29 @@ class Inbox:
         with self._changed:
             assert self._changed.wait_for(predicate, WAIT_S), f"timed out waiting for {what}"
 
-    def of_type(self, kind: str) -> list[dict[str, Any]]:
+    def of_type(self, kind: str) -> list[Message]:
         with self._changed:
-            return [m for m in self.messages if m["type"] == kind]
+            return [m for m in self.messages if kind == m.TYPE]
 
     def done(self) -> dict[int, list[RowOutcome]]:
         """Every done message's outcome, per row."""
         outcomes: dict[int, list[RowOutcome]] = defaultdict(list)
-        for message in self.of_type("done"):
-            outcomes[message["row"]].append(outcome_from_dict(message["outcome"]))
+        for message in self.of_type(Done.TYPE):
+            outcomes[message.row].append(message.outcome)
         return outcomes
 
     def wait_done(self, rows: set[int]) -> dict[int, list[RowOutcome]]:
-        self.wait_until(lambda: rows <= {m["row"] for m in self.messages if m["type"] == "done"}, f"{rows}")
+        self.wait_until(lambda: rows <= {m.row for m in self.messages if m.TYPE == Done.TYPE}, f"{rows}")
         return self.done()
 
     def wait_started(self, row: int) -> None:
         self.wait_until(
-            lambda: any(row in m["first"] for m in self.messages if m["type"] == "step"),
+            lambda: any(row in m.first for m in self.messages if m.TYPE == Step.TYPE),
             f"row {row} to start",
         )
 
     def deltas(self, row: int) -> list[str]:
-        return [text for m in self.of_type("step") for r, text in m["deltas"] if r == row]
-
-
-class Reply:
-    """A request's reply sink that records what the client would receive."""
-
-    def __init__(self, on_change: Callable[[], None]) -> None:
-        self.deltas: dict[int, list[str]] = defaultdict(list)
-        self.delta_tasks: dict[int, set[str]] = defaultdict(set)
-        self.finals: list[list[RowOutcome]] = []
-        self.cancelled = False
-        self._on_change = on_change
-
-    def delta(self, index: int, task: str, text: str) -> None:
-        self.deltas[index].append(text)
-        self.delta_tasks[index].add(task)
-        self._on_change()
-
-    def final(self, outcomes: list[RowOutcome]) -> None:
-        self.finals.append(outcomes)
-        self._on_change()
-
-    def is_cancelled(self) -> bool:
-        return self.cancelled
-
-    def streamed(self, index: int) -> str:
-        return "".join(self.deltas[index])
+        return [text for m in self.of_type(Step.TYPE) for r, text in m.deltas if r == row]
 
 
 class _Channel:
@@ -135,7 +90,7 @@ class _Channel:
         self._name = name
         self._runner = runner
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         message = over_the_wire(message)
         self._cluster.received[self._name].append(message)
         if self._runner is not None and self._name not in self._cluster.dead:
@@ -166,13 +121,10 @@ class Cluster:
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.pair = pair
-        count_tokens, max_context, render_chat = load_token_counter(str(directory / "target"))
         self.intake = RequestIntake(
             ServingLimits(max_tokens_cap=2048, default_max_tokens=16),
-            count_tokens,
-            max_context,
+            TargetText.load(str(directory / "target")),
             time.monotonic,
-            render_chat,
         )
         self.core = SchedulerCore(
             self.intake,
@@ -185,8 +137,8 @@ class Cluster:
             clock=clock,
         )
         self.runners: dict[str, InstanceRunner] = {}
-        self.received: dict[str, list[dict[str, Any]]] = defaultdict(list)  # core -> instance
-        self.reported: dict[str, list[dict[str, Any]]] = defaultdict(list)  # instance -> core
+        self.received: dict[str, list[Message]] = defaultdict(list)  # core -> instance
+        self.reported: dict[str, list[Message]] = defaultdict(list)  # instance -> core
         self.dead: set[str] = set()
         self.channels: dict[str, _Channel] = {}
         self.terminated: list[str] = []
@@ -202,7 +154,7 @@ class Cluster:
             self._muted.add(name)
         hello = over_the_wire(runner.hello("cpu"))
         self.channels[name] = _Channel(self, name, runner)
-        self.core.instance_joined(name, load_from_dict(hello["load"]), self.channels[name])
+        self.core.instance_joined(hello.instance, hello.load, self.channels[name])
         return runner
 
     def join_scripted(self, name: str, load: InstanceLoad | None = None) -> _Channel:
@@ -220,12 +172,12 @@ class Cluster:
         self.core.instance_lost(self.channels[name], "its connection closed")
         self.runners[name].cancel_all()
 
-    def reply(self) -> Reply:
-        return Reply(self._changed.set)
+    def reply(self) -> RecordingReply:
+        return RecordingReply(self._changed.set)
 
-    def admit(self, request: RoutedRequest, reply: Reply | None = None) -> Reply:
+    def submit(self, request: RoutedRequest, reply: RecordingReply | None = None) -> RecordingReply:
         reply = reply or self.reply()
-        self.core.admit(request, reply)
+        self.core.submit(request, reply)
         return reply
 
     async def until(self, predicate: Callable[[], bool], what: str) -> None:
@@ -240,33 +192,31 @@ class Cluster:
             except asyncio.TimeoutError:
                 raise AssertionError(f"timed out waiting for {what}") from None
 
-    async def answer(self, reply: Reply) -> list[RowOutcome]:
+    async def answer(self, reply: RecordingReply) -> list[RowOutcome]:
         await self.until(lambda: bool(reply.finals), "the request's final response")
         return reply.finals[0]
 
     def started(self, name: str, rows: int = 1) -> Callable[[], bool]:
         """A predicate: instance ``name`` reported ``rows`` rows' first tokens."""
-        return lambda: sum(len(m["first"]) for m in self.reported[name] if m["type"] == "step") >= rows
+        return lambda: sum(len(m.first) for m in self.reported[name] if m.TYPE == Step.TYPE) >= rows
 
     def close(self) -> None:
         for name, runner in self.runners.items():
             self.dead.add(name)
             runner.cancel_all()
 
-    def _from_instance(self, name: str, message: dict[str, Any]) -> None:
+    def _from_instance(self, name: str, message: Message) -> None:
         message = over_the_wire(message)
         self.loop.call_soon_threadsafe(self._deliver, name, message)
 
-    def _deliver(self, name: str, message: dict[str, Any]) -> None:
-        if name in self.dead or (message["type"] == "done" and name in self._muted):
+    def _deliver(self, name: str, message: Message) -> None:
+        if name in self.dead or (isinstance(message, Done) and name in self._muted):
             return
         self.reported[name].append(message)
-        load = load_from_dict(message["load"])
-        if message["type"] == "step":
-            self.core.instance_step(self.channels[name], message["first"], message["deltas"], load)
-        elif message["type"] == "done":
-            outcome = outcome_from_dict(message["outcome"])
-            self.core.instance_done(self.channels[name], int(message["row"]), outcome, load)
+        if isinstance(message, Step):
+            self.core.instance_step(self.channels[name], message.first, message.deltas, message.load)
+        elif isinstance(message, Done):
+            self.core.instance_done(self.channels[name], message.row, message.outcome, message.load)
         self._changed.set()
 
 

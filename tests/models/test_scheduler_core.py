@@ -4,26 +4,29 @@
 from __future__ import annotations
 
 import pytest
-from serving_fixtures import IDLE_LOAD, LONG_ROW_TOKENS, make_engine, run_cluster, tiny_pair
+from serving_fixtures import IDLE_LOAD, LONG_ROW_TOKENS, run_cluster
+from transformers import AutoTokenizer
 
 from specbatch.decoding import GenerationRequest
 from specbatch.routing import (
+    LengthPredictor,
     build_fallback_prompt,
     format_mmlu_answer,
     infobench_chat_content,
     route_evidence,
     solve_graph,
 )
-from specbatch.routing.classify import DEFAULT_TASK
+from specbatch.routing.classify import AMBIGUOUS, DEFAULT_TASK
 from specbatch.scheduling.admission import AdmissionConfig
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.serving.latency import PromptTiming
+from specbatch.serving.messages import GENERATE, SCORE, Cancel, Done, RowOutcome, RowWork, Run
 from specbatch.serving.router.routing import PromptRouter
 from specbatch.serving.scheduler.core import Overloaded, SchedulerEvents
 from specbatch.serving.scheduler.intake import RoutedRequest
-from specbatch.serving.scheduler.outputs import outcome_arrays
 from specbatch.serving.scheduler.tasks import parse_task, prepare_prompt
-from specbatch.serving.wire import AMBIGUOUS, GENERATE, SCORE, RowOutcome, outcome_from_dict, texts
+from specbatch.triton.outputs import outcome_arrays
+from specbatch.triton.strings import texts
 
 GRAPH = (
     "You are given a directed graph with 3 nodes (numbered 0 to 2) and the following edges:\n"
@@ -38,16 +41,6 @@ OTHER = "Instruction: Name three rivers.\nQuestion: \nGeneration:"
 UNPLACED = "Here are my options:\nA. speed\nB. cost"
 
 
-@pytest.fixture(scope="module")
-def pair(tiny_pair_dir):
-    return tiny_pair(tiny_pair_dir)
-
-
-@pytest.fixture(scope="module")
-def reference(pair):
-    return make_engine(pair)
-
-
 def routed(prompts: list[str], max_tokens: list[int], **options) -> RoutedRequest:
     """The request as the router stage hands it on."""
     routes = PromptRouter().route(prompts)
@@ -55,7 +48,6 @@ def routed(prompts: list[str], max_tokens: list[int], **options) -> RoutedReques
     return RoutedRequest(
         prompts=prompts,
         tasks=[route.task for route in routes],
-        predicted_tokens=[route.predicted_tokens for route in routes],
         max_tokens=max_tokens,
         **options,
     )
@@ -72,8 +64,8 @@ def mmlu_answer(engine, source: str) -> str:
     return format_mmlu_answer(prepared.labels[prepared.continuations.index(scores.best)])
 
 
-def rows_sent(cluster, name: str) -> list[dict]:
-    return [row for message in cluster.received[name] if message["type"] == "run" for row in message["rows"]]
+def rows_sent(cluster, name: str) -> list[RowWork]:
+    return [row for message in cluster.received[name] if isinstance(message, Run) for row in message.rows]
 
 
 class Recorder(SchedulerEvents):
@@ -101,11 +93,11 @@ class Recorder(SchedulerEvents):
 
 
 def test_a_mixed_request_is_answered_once_in_order_naming_the_instance_of_each_model_row(
-    pair, reference, tiny_pair_dir
+    tiny_pair, reference, tiny_pair_dir
 ):
     async def scenario(cluster):
         cluster.join("i0")
-        reply = cluster.admit(routed([GRAPH, MMLU, INFOBENCH], max_tokens=[12]))
+        reply = cluster.submit(routed([GRAPH, MMLU, INFOBENCH], max_tokens=[12]))
         outcomes = await cluster.answer(reply)
 
         assert [o.task for o in outcomes] == ["graph", "mmlu", "infobench"]
@@ -119,18 +111,18 @@ def test_a_mixed_request_is_answered_once_in_order_naming_the_instance_of_each_m
         assert outcomes[2].text == greedy_text(reference, INFOBENCH, 12)
         assert outcomes[2].num_output_tokens == 12 and outcomes[2].total_draft_tokens > 0
         assert texts(outcome_arrays(outcomes)["model_instance"]) == ["", "i0", "i0"]
-        assert sorted((row["kind"], row["mode"]) for row in rows_sent(cluster, "i0")) == [
+        assert sorted((row.kind, row.mode) for row in rows_sent(cluster, "i0")) == [
             (GENERATE, "speculative"),
             (SCORE, "speculative"),
         ], "the graph never reaches an instance"
-        assert reply.finals == [outcomes] and reply.deltas == {}, "answered once, nothing streamed"
+        assert reply.finals == [outcomes] and reply.deltas == [], "answered once, nothing streamed"
         assert cluster.core.queued == 0
 
-    run_cluster(pair, tiny_pair_dir, scenario)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
 
 def test_every_prompt_is_answered_as_the_engine_alone_would_over_two_instances(
-    pair, reference, tiny_pair_dir
+    tiny_pair, reference, tiny_pair_dir
 ):
     prompts = [f"Instruction: Describe item {i}.\nQuestion: \nGeneration:" for i in range(10)] + [MMLU, MMLU]
     budgets = [6 + i % 3 for i in range(10)] + [1, 1]
@@ -138,7 +130,7 @@ def test_every_prompt_is_answered_as_the_engine_alone_would_over_two_instances(
     async def scenario(cluster):
         cluster.join("i0")
         cluster.join("i1")
-        outcomes = await cluster.answer(cluster.admit(routed(prompts, max_tokens=budgets)))
+        outcomes = await cluster.answer(cluster.submit(routed(prompts, max_tokens=budgets)))
 
         assert [o.text for o in outcomes[:10]] == [
             greedy_text(reference, p, n) for p, n in zip(prompts[:10], budgets[:10], strict=True)
@@ -147,17 +139,18 @@ def test_every_prompt_is_answered_as_the_engine_alone_would_over_two_instances(
         assert outcomes[10].text == outcomes[11].text == mmlu_answer(reference, MMLU)
         assert outcomes[10].text.startswith("The answer is (")
         assert {o.instance for o in outcomes} <= {"i0", "i1"} and all(o.instance for o in outcomes)
-        assert len(rows_sent(cluster, "i0")) + len(rows_sent(cluster, "i1")) == 12, "each prompt runs once"
+        rows = rows_sent(cluster, "i0") + rows_sent(cluster, "i1")
+        assert len(rows) == len({row.row for row in rows}) == 12, "each prompt runs once, as a row of its own"
 
-    run_cluster(pair, tiny_pair_dir, scenario)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
 
-def test_streamed_deltas_add_up_to_the_final_text_of_every_prompt(pair, reference, tiny_pair_dir):
+def test_streamed_deltas_add_up_to_the_final_text_of_every_prompt(tiny_pair, reference, tiny_pair_dir):
     events = Recorder()
 
     async def scenario(cluster):
         cluster.join("i0")
-        reply = cluster.admit(routed([INFOBENCH, GRAPH, OTHER], max_tokens=[20], stream=True))
+        reply = cluster.submit(routed([INFOBENCH, GRAPH, OTHER], max_tokens=[20], stream=True))
         outcomes = await cluster.answer(reply)
 
         assert [o.text for o in outcomes] == [
@@ -167,54 +160,58 @@ def test_streamed_deltas_add_up_to_the_final_text_of_every_prompt(pair, referenc
         ]
         for index, outcome in enumerate(outcomes):
             assert reply.streamed(index) == outcome.text
-            assert reply.delta_tasks[index] == {outcome.task}
-        assert reply.deltas[1] == [solve_graph(GRAPH)], "a solved graph streams in one delta"
-        assert len(reply.deltas[0]) > 1 and len(reply.deltas[2]) > 1, "model text arrives piece by piece"
-        assert all(row["stream"] for row in rows_sent(cluster, "i0"))
+            assert reply.tasks_streamed(index) == {outcome.task}
+        assert reply.pieces(1) == [solve_graph(GRAPH)], "a solved graph streams in one delta"
+        assert len(reply.pieces(0)) > 1 and len(reply.pieces(2)) > 1, "model text arrives piece by piece"
+        assert all(row.stream for row in rows_sent(cluster, "i0"))
         [timings] = events.settled_timings
         assert [t.output_tokens for t in timings] == [20, 0, 20]
         assert timings[0].ttft_s is not None and timings[2].ttft_s is not None
 
-    run_cluster(pair, tiny_pair_dir, scenario, events=events)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario, events=events)
 
 
-def test_a_prompt_only_the_draft_can_place_runs_a_draft_row_then_its_task(pair, tiny_pair_dir):
+def test_a_prompt_only_the_draft_can_place_runs_a_draft_row_then_its_task(tiny_pair, tiny_pair_dir):
     [route] = PromptRouter().route([UNPLACED])
     assert route.task == AMBIGUOUS
 
     async def scenario(cluster):
         cluster.join("i0")
-        reply = cluster.admit(routed([UNPLACED], max_tokens=[8]))
+        reply = cluster.submit(routed([UNPLACED], max_tokens=[8]))
         [outcome] = await cluster.answer(reply)
 
         rows = rows_sent(cluster, "i0")
         draft = rows[0]
-        assert (draft["kind"], draft["mode"], draft["max_tokens"]) == (GENERATE, "draft_only", 4)
-        assert draft["prompt"] == build_fallback_prompt(UNPLACED)
-        [draft_done] = [m for m in cluster.reported["i0"] if m["type"] == "done" and m["row"] == draft["row"]]
-        answer = outcome_from_dict(draft_done["outcome"]).text
+        assert (draft.kind, draft.mode, draft.max_tokens) == (GENERATE, "draft_only", 4)
+        assert draft.prompt == build_fallback_prompt(UNPLACED)
+        # the placed row runs under the same id (its prompt's): the draft's answer came first
+        [draft_done, placed_done] = [m for m in cluster.reported["i0"] if isinstance(m, Done)]
+        assert draft_done.row == placed_done.row == draft.row
+        answer = draft_done.outcome.text
         candidates = route_evidence(UNPLACED).candidates
         chosen = parse_task(answer)
         expected = chosen if chosen in candidates else DEFAULT_TASK
         assert outcome.task == expected and expected in candidates
         [placed] = rows[1:]
-        assert placed["mode"] == "speculative"
-        assert placed["prompt"] == prepare_prompt(UNPLACED, expected).model_prompt
+        assert placed.row == draft.row and placed.mode == "speculative"
+        assert placed.prompt == prepare_prompt(UNPLACED, expected).model_prompt
         assert outcome.error == "" and outcome.instance == "i0"
         if expected == "infobench":
-            assert placed["kind"] == GENERATE and outcome.num_output_tokens == 8
+            assert placed.kind == GENERATE and outcome.num_output_tokens == 8
         else:
-            assert placed["kind"] == SCORE and outcome.text.startswith("The answer is (")
+            assert placed.kind == SCORE and outcome.text.startswith("The answer is (")
 
-    run_cluster(pair, tiny_pair_dir, scenario)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
 
-def test_a_lost_instance_s_unstreamed_row_is_requeued_and_completes_elsewhere(pair, reference, tiny_pair_dir):
+def test_a_lost_instance_s_unstreamed_row_is_requeued_and_completes_elsewhere(
+    tiny_pair, reference, tiny_pair_dir
+):
     events = Recorder()
 
     async def scenario(cluster):
         cluster.join("a", dies_before_finishing=True)
-        reply = cluster.admit(routed([INFOBENCH], max_tokens=[16]))
+        reply = cluster.submit(routed([INFOBENCH], max_tokens=[16]))
         await cluster.until(cluster.started("a"), "the row to start on a")
         cluster.lose("a")
         assert reply.finals == [] and cluster.core.queued == 1, "re-queued, not answered"
@@ -223,18 +220,18 @@ def test_a_lost_instance_s_unstreamed_row_is_requeued_and_completes_elsewhere(pa
         [outcome] = await cluster.answer(reply)
         assert (outcome.instance, outcome.error, outcome.finish_reason) == ("b", "", "length")
         assert outcome.text == greedy_text(reference, INFOBENCH, 16)
-        assert [row["prompt"] for row in rows_sent(cluster, "b")] == [
-            row["prompt"] for row in rows_sent(cluster, "a")
+        assert [row.prompt for row in rows_sent(cluster, "b")] == [
+            row.prompt for row in rows_sent(cluster, "a")
         ]
         assert events.lost == ["a"] and events.requeued_prompts == [1]
 
-    run_cluster(pair, tiny_pair_dir, scenario, events=events)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario, events=events)
 
 
-def test_a_streamed_row_whose_instance_is_lost_is_answered_with_an_error_naming_it(pair, tiny_pair_dir):
+def test_a_streamed_row_whose_instance_is_lost_is_answered_with_an_error_naming_it(tiny_pair, tiny_pair_dir):
     async def scenario(cluster):
         cluster.join("a", dies_before_finishing=True)
-        reply = cluster.admit(routed([INFOBENCH], max_tokens=[200], stream=True))
+        reply = cluster.submit(routed([INFOBENCH], max_tokens=[200], stream=True))
         await cluster.until(lambda: bool(reply.streamed(0)), "text to stream")
         streamed = reply.streamed(0)
         cluster.lose("a")
@@ -245,7 +242,7 @@ def test_a_streamed_row_whose_instance_is_lost_is_answered_with_an_error_naming_
         assert reply.streamed(0) == streamed, "nothing more is streamed after the loss"
         assert cluster.core.queued == 0
 
-    run_cluster(pair, tiny_pair_dir, scenario)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
 
 def test_a_reloaded_instance_s_old_connection_finishes_its_rows_and_gets_no_new_work(tiny_pair_dir):
@@ -253,20 +250,20 @@ def test_a_reloaded_instance_s_old_connection_finishes_its_rows_and_gets_no_new_
 
     async def scenario(cluster):
         old = cluster.join_scripted("s")
-        first = cluster.admit(routed([INFOBENCH], max_tokens=[8]))
+        first = cluster.submit(routed([INFOBENCH], max_tokens=[8]))
         [row] = rows_sent(cluster, "s")
         new = cluster.join_scripted("s")  # the model was reloaded: same name, new connection
         assert cluster.core.queued == 0 and first.finals == [], "the running row stays where it is"
 
-        second = cluster.admit(routed([OTHER], max_tokens=[8]))
+        second = cluster.submit(routed([OTHER], max_tokens=[8]))
         assert len(cluster.received["s"]) == 2
-        cluster.core.instance_done(old, row["row"], RowOutcome(text="old", instance="s"), IDLE_LOAD)
+        cluster.core.instance_done(old, row.row, RowOutcome(text="old", instance="s"), IDLE_LOAD)
         assert [o.text for o in first.finals[0]] == ["old"]
 
         cluster.core.instance_lost(old, "its connection closed")  # the old instance unloads
         assert events.lost == [] and events.restarted_instances == []
-        [newer] = [r for m in cluster.received["s"][1:] for r in m["rows"]]
-        cluster.core.instance_done(new, newer["row"], RowOutcome(text="new", instance="s"), IDLE_LOAD)
+        [newer] = [r for m in cluster.received["s"][1:] for r in m.rows]
+        cluster.core.instance_done(new, newer.row, RowOutcome(text="new", instance="s"), IDLE_LOAD)
         assert [o.text for o in second.finals[0]] == ["new"]
 
     run_cluster(None, tiny_pair_dir, scenario, events=events)
@@ -280,7 +277,7 @@ def test_a_hung_instance_is_ended_and_its_unstreamed_rows_run_elsewhere(tiny_pai
         hung = cluster.join_scripted("h")
         now[0] += 100.0  # idle for long: no step reports, and none are due
         cluster.core.check_hung()
-        reply = cluster.admit(routed([INFOBENCH], max_tokens=[8]))
+        reply = cluster.submit(routed([INFOBENCH], max_tokens=[8]))
         [row] = rows_sent(cluster, "h")
         cluster.core.check_hung()
         assert cluster.terminated == [], "silence while idle is not a hang"
@@ -297,9 +294,9 @@ def test_a_hung_instance_is_ended_and_its_unstreamed_rows_run_elsewhere(tiny_pai
 
         healthy = cluster.join_scripted("b")
         [again] = rows_sent(cluster, "b")
-        assert again["prompt"] == row["prompt"]
-        cluster.core.instance_done(hung, row["row"], RowOutcome(text="late"), IDLE_LOAD)
-        cluster.core.instance_done(healthy, again["row"], RowOutcome(text="fine", instance="b"), IDLE_LOAD)
+        assert again.prompt == row.prompt
+        cluster.core.instance_done(hung, row.row, RowOutcome(text="late"), IDLE_LOAD)
+        cluster.core.instance_done(healthy, again.row, RowOutcome(text="fine", instance="b"), IDLE_LOAD)
         assert [(o.text, o.instance) for o in reply.finals[0]] == [("fine", "b")], "one answer, the new one"
 
         cluster.join_scripted("h")
@@ -308,37 +305,36 @@ def test_a_hung_instance_is_ended_and_its_unstreamed_rows_run_elsewhere(tiny_pai
     run_cluster(None, tiny_pair_dir, scenario, events=events, clock=lambda: now[0], hang_after_s=30.0)
 
 
-def test_a_request_over_the_queue_limit_is_refused_whole(pair, tiny_pair_dir):
+def test_a_request_over_the_queue_limit_is_refused_whole(tiny_pair, tiny_pair_dir):
     events = Recorder()
 
     async def scenario(cluster):
-        first = cluster.admit(routed([INFOBENCH, OTHER], max_tokens=[4]))
+        first = cluster.submit(routed([INFOBENCH, OTHER], max_tokens=[4]))
         refused = cluster.reply()
         request = routed([GRAPH, INFOBENCH], max_tokens=[4])
         request = RoutedRequest(
             prompts=[*request.prompts, "x"],
             tasks=[*request.tasks, ""],
-            predicted_tokens=[*request.predicted_tokens, 0],
             route_errors=["", "", "prompt is empty"],
             max_tokens=[4],
         )
         with pytest.raises(Overloaded, match="overloaded"):
-            cluster.core.admit(request, refused)
+            cluster.core.submit(request, refused)
         assert cluster.core.queued == 2 and events.rejected_prompts == [3]
 
         cluster.join("i0")
         await cluster.answer(first)
-        later = await cluster.answer(cluster.admit(routed([GRAPH], max_tokens=[4])))
+        later = await cluster.answer(cluster.submit(routed([GRAPH], max_tokens=[4])))
         assert later[0].text == solve_graph(GRAPH)
-        assert refused.finals == [] and refused.deltas == {}, "nothing of a refused request is answered"
+        assert refused.finals == [] and refused.deltas == [], "nothing of a refused request is answered"
         assert len(rows_sent(cluster, "i0")) == 2
 
-    run_cluster(pair, tiny_pair_dir, scenario, queue_limit=2, events=events)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario, queue_limit=2, events=events)
 
 
-def test_a_cancelled_request_is_answered_cancelled_queued_or_running(pair, tiny_pair_dir):
+def test_a_cancelled_request_is_answered_cancelled_queued_or_running(tiny_pair, tiny_pair_dir):
     async def scenario(cluster):
-        queued = cluster.admit(routed([INFOBENCH, OTHER], max_tokens=[8]))
+        queued = cluster.submit(routed([INFOBENCH, OTHER], max_tokens=[8]))
         queued.cancelled = True
         cluster.core.poll_cancellations()
         [outcomes] = queued.finals
@@ -346,13 +342,13 @@ def test_a_cancelled_request_is_answered_cancelled_queued_or_running(pair, tiny_
         assert cluster.core.queued == 0
 
         cluster.join("i0")
-        running = cluster.admit(routed([INFOBENCH], max_tokens=[LONG_ROW_TOKENS]))
-        untouched = cluster.admit(routed([OTHER], max_tokens=[6]))
+        running = cluster.submit(routed([INFOBENCH], max_tokens=[LONG_ROW_TOKENS]))
+        untouched = cluster.submit(routed([OTHER], max_tokens=[6]))
         await cluster.until(cluster.started("i0", rows=2), "both rows to start")
         running.cancelled = True
         cluster.core.poll_cancellations()
-        [[cancelled_row]] = [m["rows"] for m in cluster.received["i0"] if m["type"] == "cancel"]
-        [long_row] = [r["row"] for r in rows_sent(cluster, "i0") if r["max_tokens"] == LONG_ROW_TOKENS]
+        [[cancelled_row]] = [m.rows for m in cluster.received["i0"] if isinstance(m, Cancel)]
+        [long_row] = [r.row for r in rows_sent(cluster, "i0") if r.max_tokens == LONG_ROW_TOKENS]
         assert cancelled_row == long_row, "only the running row of the cancelled request is withdrawn"
 
         [cancelled] = await cluster.answer(running)
@@ -360,39 +356,37 @@ def test_a_cancelled_request_is_answered_cancelled_queued_or_running(pair, tiny_
         [fine] = await cluster.answer(untouched)
         assert fine.error == "" and fine.num_output_tokens == 6
 
-    run_cluster(pair, tiny_pair_dir, scenario)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
 
-def test_shutdown_answers_every_prompt_still_held(pair, tiny_pair_dir):
+def test_shutdown_answers_every_prompt_still_held(tiny_pair, tiny_pair_dir):
     async def scenario(cluster):
-        reply = cluster.admit(routed([INFOBENCH, OTHER], max_tokens=[8]))
+        reply = cluster.submit(routed([INFOBENCH, OTHER], max_tokens=[8]))
         cluster.core.fail_everything("the server is shutting down")
         [outcomes] = reply.finals
         assert {(o.finish_reason, o.error) for o in outcomes} == {("error", "the server is shutting down")}
         assert cluster.core.queued == 0
 
-    run_cluster(pair, tiny_pair_dir, scenario)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
 
-def test_a_prompt_over_the_context_fails_alone_and_keeps_its_task(pair, tiny_pair_dir):
+def test_a_prompt_over_the_context_fails_alone_and_keeps_its_task(tiny_pair, tiny_pair_dir):
     async def scenario(cluster):
         cluster.join("i0")
         request = routed([INFOBENCH, "word " * 5000], max_tokens=[8])
-        [fine, too_long] = await cluster.answer(cluster.admit(request))
+        [fine, too_long] = await cluster.answer(cluster.submit(request))
         assert fine.error == "" and fine.task == "infobench"
         assert too_long.task == "infobench" and "over the model context" in too_long.error
         assert too_long == RowOutcome.failed(too_long.error, task="infobench")
 
-    run_cluster(pair, tiny_pair_dir, scenario)
+    run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
 
 # ---- with an instance the test plays itself --------------------------------------------
 
 
 def unplaced(**options) -> RoutedRequest:
-    return RoutedRequest(
-        prompts=[UNPLACED], tasks=[AMBIGUOUS], predicted_tokens=[8], max_tokens=[8], **options
-    )
+    return RoutedRequest(prompts=[UNPLACED], tasks=[AMBIGUOUS], max_tokens=[8], **options)
 
 
 @pytest.mark.parametrize(
@@ -409,21 +403,21 @@ def test_the_draft_s_answer_picks_the_task_among_the_prompt_s_candidates(
 ):
     async def scenario(cluster):
         cluster.join_scripted("s")
-        reply = cluster.admit(unplaced())
+        reply = cluster.submit(unplaced())
         [draft] = rows_sent(cluster, "s")
-        assert (draft["mode"], draft["max_tokens"]) == ("draft_only", 4)
-        assert draft["prompt"] == build_fallback_prompt(UNPLACED)
+        assert (draft.mode, draft.max_tokens) == ("draft_only", 4)
+        assert draft.prompt == build_fallback_prompt(UNPLACED)
         cluster.core.instance_done(
-            cluster.channels["s"], draft["row"], RowOutcome(text=draft_says, instance="s"), IDLE_LOAD
+            cluster.channels["s"], draft.row, RowOutcome(text=draft_says, instance="s"), IDLE_LOAD
         )
         assert reply.finals == []
 
         prepared = prepare_prompt(UNPLACED, task)
         [_, placed] = rows_sent(cluster, "s")
-        assert (placed["kind"], placed["prompt"]) == (next_kind, prepared.model_prompt)
+        assert (placed.kind, placed.prompt) == (next_kind, prepared.model_prompt)
         answer = prepared.continuations[0] if next_kind == SCORE else "ok"
         cluster.core.instance_done(
-            cluster.channels["s"], placed["row"], RowOutcome(text=answer, instance="s"), IDLE_LOAD
+            cluster.channels["s"], placed.row, RowOutcome(text=answer, instance="s"), IDLE_LOAD
         )
         [[outcome]] = reply.finals
         assert (outcome.task, outcome.instance, outcome.error) == (task, "s", "")
@@ -435,10 +429,10 @@ def test_the_draft_s_answer_picks_the_task_among_the_prompt_s_candidates(
 def test_a_failed_draft_row_answers_the_prompt_with_its_error(tiny_pair_dir):
     async def scenario(cluster):
         cluster.join_scripted("s")
-        reply = cluster.admit(unplaced())
+        reply = cluster.submit(unplaced())
         [draft] = rows_sent(cluster, "s")
         failed = RowOutcome.failed("engine step failed: boom")
-        cluster.core.instance_done(cluster.channels["s"], draft["row"], failed, IDLE_LOAD)
+        cluster.core.instance_done(cluster.channels["s"], draft.row, failed, IDLE_LOAD)
         [[outcome]] = reply.finals
         assert (outcome.finish_reason, outcome.error) == ("error", "engine step failed: boom")
         assert len(rows_sent(cluster, "s")) == 1
@@ -448,21 +442,21 @@ def test_a_failed_draft_row_answers_the_prompt_with_its_error(tiny_pair_dir):
 
 def test_an_unplaced_chat_prompt_keeps_its_chat_format_once_placed(tiny_pair_dir):
     history = '[{"role": "system", "content": "Be brief."}]'
+    tokenizer = AutoTokenizer.from_pretrained(tiny_pair_dir / "target")
 
     async def scenario(cluster):
         cluster.join_scripted("s")
-        cluster.admit(unplaced(chat=[True], chat_history=[history]))
+        cluster.submit(unplaced(chat=[True], chat_history=[history]))
         [draft] = rows_sent(cluster, "s")
-        cluster.core.instance_done(
-            cluster.channels["s"], draft["row"], RowOutcome(text="infobench"), IDLE_LOAD
-        )
+        cluster.core.instance_done(cluster.channels["s"], draft.row, RowOutcome(text="infobench"), IDLE_LOAD)
         [_, generation] = rows_sent(cluster, "s")
-        assert generation["chat"] == {
-            "history": [["system", "Be brief."]],
-            "enable_thinking": False,
-            "assistant_prefix": "",
-        }
-        assert generation["prompt"] == infobench_chat_content(UNPLACED)
+        messages = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": infobench_chat_content(UNPLACED)},
+        ]
+        assert generation.prompt == tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+        ), "the placed prompt is rendered with its history, thinking off, no answer prefix"
 
     run_cluster(None, tiny_pair_dir, scenario)
 
@@ -470,13 +464,13 @@ def test_an_unplaced_chat_prompt_keeps_its_chat_format_once_placed(tiny_pair_dir
 def test_a_row_cancelled_while_running_still_names_its_instance(tiny_pair_dir):
     async def scenario(cluster):
         cluster.join_scripted("s")
-        reply = cluster.admit(routed([INFOBENCH], max_tokens=[8]))
+        reply = cluster.submit(routed([INFOBENCH], max_tokens=[8]))
         [row] = rows_sent(cluster, "s")
         reply.cancelled = True
         cluster.core.poll_cancellations()
-        assert cluster.received["s"][-1] == {"type": "cancel", "rows": [row["row"]]}
+        assert cluster.received["s"][-1] == Cancel((row.row,))
         stopped = RowOutcome(text="Lig", finish_reason="cancelled", num_output_tokens=2, instance="s")
-        cluster.core.instance_done(cluster.channels["s"], row["row"], stopped, IDLE_LOAD)
+        cluster.core.instance_done(cluster.channels["s"], row.row, stopped, IDLE_LOAD)
         [[outcome]] = reply.finals
         assert (outcome.finish_reason, outcome.error) == ("cancelled", "request cancelled")
         assert (outcome.instance, outcome.num_output_tokens) == ("s", 2)
@@ -490,14 +484,14 @@ def test_a_request_over_the_capacity_sized_queue_bound_is_refused_whole(tiny_pai
 
     async def scenario(cluster):
         cluster.join_scripted("s", slow_single_row)
-        cluster.admit(routed([INFOBENCH], max_tokens=[64]))  # takes the instance's one row
-        cluster.admit(routed([OTHER], max_tokens=[64]))  # waits
+        cluster.submit(routed([INFOBENCH], max_tokens=[64]))  # takes the instance's one row
+        cluster.submit(routed([OTHER], max_tokens=[64]))  # waits
         assert len(rows_sent(cluster, "s")) == 1 and cluster.core.queued == 1
         assert cluster.core._policy.queue_bound() == 2, "a slow instance: the bound is queue_min"
 
         refused = cluster.reply()
         with pytest.raises(Overloaded):
-            cluster.core.admit(routed([INFOBENCH, OTHER], max_tokens=[64]), refused)
+            cluster.core.submit(routed([INFOBENCH, OTHER], max_tokens=[64]), refused)
         assert cluster.core.queued == 1, "nothing of a refused request stays queued"
 
     run_cluster(None, tiny_pair_dir, scenario, admission=admission)
@@ -516,10 +510,24 @@ def test_a_prompt_that_cannot_meet_its_deadline_is_counted_shed_before_its_answe
         final = reply.final
         reply.final = lambda outcomes: (order.append("answer"), final(outcomes))
         # a few hundred predicted tokens cannot come within 20 ms
-        cluster.admit(routed([INFOBENCH], max_tokens=[300], timeout_s=0.02), reply)
+        cluster.submit(routed([INFOBENCH], max_tokens=[300], timeout_s=0.02), reply)
         [outcome] = await cluster.answer(reply)
         assert outcome.error == "deadline exceeded" and outcome.finish_reason == "cancelled"
         assert order == ["shed 1", "answer"]
         assert rows_sent(cluster, "a") == [], "the prompt never ran"
 
     run_cluster(None, tiny_pair_dir, scenario, events=ShedRecorder())
+
+
+def test_the_scheduler_predicts_each_prompt_s_length_within_its_max_tokens(tiny_pair_dir):
+    async def scenario(cluster):
+        cluster.submit(routed([INFOBENCH, MMLU], max_tokens=[16]))
+        cluster.submit(unplaced())
+        generate, score, route = cluster.core._prompts.values()  # queued: no instance yet
+        assert LengthPredictor().predict(INFOBENCH, "infobench") > 16
+        assert generate.predicted_tokens == 16, "max_tokens caps the prediction"
+        assert (score.predicted_tokens, route.predicted_tokens) == (1, 4), "one scored token; the draft row"
+        assert all(r.ticket.predicted_tokens == r.predicted_tokens > 0 for r in (generate, score, route))
+        assert cluster.core.queued == 3 and cluster.core.running_rows == 0
+
+    run_cluster(None, tiny_pair_dir, scenario)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from decoding_fixtures import make_pair, prompts
+from pairs import make_pair, prompts
 
 from specbatch.decoding.kv_blocks import dense_pool, layout_for
 from specbatch.decoding.models import Qwen3Forward

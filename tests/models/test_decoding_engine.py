@@ -3,7 +3,6 @@ KV accounting, lookahead adaptation, choice scoring and pair loading."""
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import subprocess
@@ -11,23 +10,17 @@ import sys
 
 import pytest
 import torch
-from decoding_fixtures import SMALL_SPEC, bpe_tokenizer, letters_tokenizer, make_pair, prompts
+from pairs import SMALL_SPEC, letters_tokenizer, make_pair, prompts
 
 from specbatch.decoding import (
     Engine,
     GenerationRequest,
     IncompatiblePairError,
-    InvalidRequestError,
+    UnrunnableRequestError,
     load_model_pair,
     pair_from_models,
 )
-from specbatch.decoding.lookahead import FixedLookahead, RuleLookahead, next_lookahead
 from specbatch.decoding.tiny import random_qwen3
-
-
-@functools.cache
-def _pair(keep_eos: bool = False):
-    return make_pair("controlled", epsilon=0.3, keep_eos=keep_eos)
 
 
 @pytest.mark.parametrize(
@@ -49,25 +42,24 @@ def _pair(keep_eos: bool = False):
         ({"stop": [""]}, "stop"),
     ],
 )
-def test_validate_rejects_bad_requests_with_a_clear_message(change: dict, message: str) -> None:
-    engine = Engine(_pair())
+def test_validate_rejects_bad_requests_with_a_clear_message(change: dict, message: str, pair) -> None:
+    engine = Engine(pair)
     request = GenerationRequest(**{"prompt": "hello there", **change})
-    with pytest.raises(InvalidRequestError, match=message):
+    with pytest.raises(UnrunnableRequestError, match=message):
         engine.validate(request)
     with pytest.raises(ValueError, match=message):
         engine.generate([request])
 
 
-def test_validate_accepts_a_good_request_and_generate_refuses_unknown_modes() -> None:
-    engine = Engine(_pair())
+def test_validate_accepts_a_good_request_and_generate_refuses_unknown_modes(pair) -> None:
+    engine = Engine(pair)
     engine.validate(GenerationRequest("hello there", max_new_tokens=5, temperature=0.7, top_p=0.9, top_k=10))
     with pytest.raises(ValueError, match="mode"):
         engine.generate([GenerationRequest("hi")], mode="beam")
     assert engine.generate([]) == []
 
 
-def test_speculative_mode_needs_a_draft() -> None:
-    pair = _pair()
+def test_speculative_mode_needs_a_draft(pair) -> None:
     target_only = pair_from_models(pair.hf_target, None, pair.tokenizer)
     engine = Engine(target_only)
     with pytest.raises(ValueError, match="draft"):
@@ -79,18 +71,17 @@ def test_speculative_mode_needs_a_draft() -> None:
 
 
 @pytest.mark.parametrize("mode", ["speculative", "target_only"])
-def test_rows_stop_at_eos_with_the_eos_token_last(mode: str) -> None:
-    free = _pair()
-    rows = prompts(6, free.vocab_size, seed=21)
-    reference = Engine(free).generate(
+def test_rows_stop_at_eos_with_the_eos_token_last(mode: str, pair) -> None:
+    rows = prompts(6, pair.vocab_size, seed=21)
+    reference = Engine(pair).generate(
         [GenerationRequest(p, max_new_tokens=30) for p in rows], mode="target_only"
     )
-    pair = _pair(keep_eos=True)
+    stopping = make_pair("controlled", epsilon=0.3, keep_eos=True)
     # declare a token the free run produced as end-of-sequence; rows must stop right there
     eos = reference[0].tokens[5]
-    pair.eos_token_ids.clear()
-    pair.eos_token_ids.add(eos)
-    results = Engine(pair, lookahead=4).generate(
+    stopping.eos_token_ids.clear()
+    stopping.eos_token_ids.add(eos)
+    results = Engine(stopping, lookahead=4).generate(
         [GenerationRequest(p, max_new_tokens=30) for p in rows], mode=mode
     )
     for free_result, result in zip(reference, results, strict=True):
@@ -125,8 +116,7 @@ def test_stop_strings_end_the_row_and_are_not_in_the_text() -> None:
         )
 
 
-def test_step_callback_delivers_exactly_the_tokens_in_order_once_per_step() -> None:
-    pair = _pair()
+def test_step_callback_delivers_exactly_the_tokens_in_order_once_per_step(pair) -> None:
     rows = prompts(4, pair.vocab_size, seed=3)
     streamed: dict[int, list[int]] = {i: [] for i in range(4)}
     steps: list[list[int]] = []
@@ -146,8 +136,7 @@ def test_step_callback_delivers_exactly_the_tokens_in_order_once_per_step() -> N
     assert steps[-1] == [3], "finished rows leave the batch"
 
 
-def test_cancelled_rows_leave_without_disturbing_the_others() -> None:
-    pair = _pair()
+def test_cancelled_rows_leave_without_disturbing_the_others(pair) -> None:
     rows = prompts(4, pair.vocab_size, seed=3)
     requests = [GenerationRequest(p, max_new_tokens=16) for p in rows]
     engine = Engine(pair, lookahead=2)
@@ -168,8 +157,7 @@ def test_cancelled_rows_leave_without_disturbing_the_others() -> None:
         assert results[i].finish_reason == "length"
 
 
-def test_result_counters_and_kv_accounting() -> None:
-    pair = _pair()
+def test_result_counters_and_kv_accounting(pair) -> None:
     engine = Engine(pair, lookahead=4, block_size=4)
     seen: list[int] = []
     results = engine.generate(
@@ -185,28 +173,29 @@ def test_result_counters_and_kv_accounting() -> None:
         assert r.acceptance_rate == r.total_accepted_draft_tokens / r.total_draft_tokens
     assert min(seen) > 0
     assert seen[-1] < max(seen), "a finished row's blocks are released at once"
-    snapshot = engine.snapshot()
-    assert snapshot.blocks_free == snapshot.blocks_total == engine.pool.num_blocks
-    assert snapshot.running == snapshot.waiting == 0 and snapshot.held_blocks == {}
-    assert snapshot.bytes_per_token == pair.kv_bytes_per_token
-    assert snapshot.step_seconds > 0 and snapshot.seconds_per_token > 0
+    load = engine.snapshot()
+    assert load.blocks_free == load.blocks_total == engine.pool.num_blocks
+    assert load.running == load.waiting == 0 and load.held_tokens == 0
+    assert load.max_rows == engine.max_rows
+    assert load.step_seconds > 0 and load.seconds_per_token > 0
+    peaks = engine.memory_peaks
+    assert peaks.reserved_tokens >= peaks.held_tokens_at_peak > 0
+    assert sum(engine.lookahead_steps.values()) > 0 and 0 <= engine.acceptance <= 1
     assert engine.generate([GenerationRequest("x")], mode="target_only")[0].acceptance_rate == 0.0
 
 
-def test_the_pool_is_sized_by_the_budget_and_refuses_rows_that_can_never_fit() -> None:
-    pair = _pair()
+def test_the_pool_is_sized_by_the_budget_and_refuses_rows_that_can_never_fit(pair) -> None:
     budget = 10 * 16 * pair.kv_bytes_per_token
     engine = Engine(pair, kv_memory_budget_bytes=budget, block_size=16)
     assert engine.snapshot().blocks_total == 10
     assert engine.snapshot().free_tokens == 160
-    with pytest.raises(InvalidRequestError, match="KV blocks"):
+    with pytest.raises(UnrunnableRequestError, match="KV blocks"):
         engine.validate(GenerationRequest([5] * 100, max_new_tokens=60))
     with pytest.raises(ValueError, match="no block"):
         Engine(pair, kv_memory_budget_bytes=pair.kv_bytes_per_token)
 
 
-def test_draft_only_runs_the_draft_model_greedily() -> None:
-    pair = _pair()
+def test_draft_only_runs_the_draft_model_greedily(pair) -> None:
     draft_alone = pair_from_models(pair.hf_draft, None, pair.tokenizer)
     draft_alone.eos_token_ids.clear()
     rows = prompts(3, pair.vocab_size, seed=6)
@@ -216,45 +205,12 @@ def test_draft_only_runs_the_draft_model_greedily() -> None:
     assert [r.tokens for r in got] == [r.tokens for r in expected]
 
 
-@pytest.mark.parametrize(
-    ("acceptance", "current", "expected"),
-    [
-        (0.9, 4, 6),
-        (0.76, 7, 8),
-        (0.7, 4, 5),
-        (0.6, 4, 4),
-        (0.5, 4, 4),
-        (0.41, 4, 4),
-        (0.4, 4, 3),
-        (0.3, 4, 3),
-        (0.25, 4, 2),
-        (0.1, 2, 1),
-        (0.0, 1, 1),
-        (1.0, 8, 8),
-    ],
-)
-def test_lookahead_rule(acceptance: float, current: int, expected: int) -> None:
-    assert next_lookahead(current, acceptance) == expected
-
-
-def test_adaptive_lookahead_uses_a_rolling_window_and_fixed_k_never_moves() -> None:
-    adaptive = RuleLookahead(initial=4, window=2)
-    adaptive.record(4, 4)  # 1.0 -> 6
-    adaptive.record(6, 0)  # window (10, 4) = 0.4 -> 5
-    assert adaptive.k == 5
-    adaptive.record(5, 0)  # window (11, 0) -> 3
-    assert adaptive.k == 3
-    fixed = FixedLookahead(3)
-    fixed.record(3, 0)
-    assert fixed.k == 3
-    with pytest.raises(ValueError):
-        FixedLookahead(9)
+def test_the_engine_refuses_an_unknown_lookahead(pair) -> None:
     with pytest.raises(ValueError, match="lookahead"):
-        Engine(_pair(), lookahead="sometimes")
+        Engine(pair, lookahead="sometimes")
 
 
-def test_score_choices_picks_the_label_the_target_likes_best() -> None:
-    pair = _pair()
+def test_score_choices_picks_the_label_the_target_likes_best(pair) -> None:
     engine = Engine(pair)
     questions = ["Question: which one? Answer:", "Choices:\nA. heart\nB. liver\nAnswer:"]
     single = [[" A", " B", " C", " D"], [" A", " B"]]
@@ -277,9 +233,9 @@ def test_score_choices_picks_the_label_the_target_likes_best() -> None:
         engine.score_choices(["q", "r"], [[" A"]])
 
 
-def test_pairs_with_different_vocabularies_are_refused(tmp_path, monkeypatch) -> None:
+def test_pairs_with_different_vocabularies_are_refused(tmp_path, monkeypatch, tokenizer) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    bpe, letters = bpe_tokenizer(), letters_tokenizer(40)
+    bpe, letters = tokenizer, letters_tokenizer(40)
     target = random_qwen3(SMALL_SPEC, len(bpe), 1, bpe, seed=1)
     target.save_pretrained(tmp_path / "t")
     bpe.save_pretrained(tmp_path / "t")
@@ -290,9 +246,8 @@ def test_pairs_with_different_vocabularies_are_refused(tmp_path, monkeypatch) ->
         load_model_pair(str(tmp_path / "t"), str(tmp_path / "d"))
 
 
-def test_lm_head_size_differences_use_the_shared_id_range(tmp_path, monkeypatch) -> None:
+def test_lm_head_size_differences_use_the_shared_id_range(tmp_path, monkeypatch, tokenizer) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    tokenizer = bpe_tokenizer()
     vocab = len(tokenizer)
     for name, size, seed in (("t", vocab + 64, 1), ("d", vocab + 8, 2)):
         model = random_qwen3(SMALL_SPEC, size, 1, tokenizer, seed=seed)
@@ -311,8 +266,7 @@ def test_lm_head_size_differences_use_the_shared_id_range(tmp_path, monkeypatch)
         load_model_pair(str(tmp_path / "t"), dtype="int3")
 
 
-def test_rows_are_handed_over_the_step_they_finish() -> None:
-    pair = _pair()
+def test_rows_are_handed_over_the_step_they_finish(pair) -> None:
     rows = prompts(3, pair.vocab_size, seed=5)
     finished: list[tuple[int, int]] = []
     results = Engine(pair, lookahead=2).generate(

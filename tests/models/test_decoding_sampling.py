@@ -1,17 +1,16 @@
-"""Speculative sampling must sample exactly the target's (filtered) distribution."""
+"""Speculative sampling must sample exactly the target's (filtered) distribution.
+
+The filters and the verification rule on plain tensors are tested in tests/unit."""
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
-from decoding_fixtures import letters_tokenizer, make_pair
+from pairs import letters_tokenizer, make_pair
 from scipy.stats import chisquare
 
 from specbatch.decoding import Engine, GenerationRequest
-from specbatch.decoding.sampling import SamplingParams, probabilities, sample
-from specbatch.decoding.speculative import verify
+from specbatch.decoding.sampling import SamplingTensors, probabilities
 from specbatch.decoding.tiny import PairSpec
 
 VOCAB = 8
@@ -28,89 +27,9 @@ ENUMERABLE_SPEC = PairSpec(
 PROMPT = [3, 5, 4]
 
 
-def _reference_filter(logits: torch.Tensor, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
-    """Textbook temperature / top-k / top-p on one row of logits."""
-    probs = torch.softmax(logits.double() / temperature, -1)
-    if top_k:
-        kth = torch.sort(logits.double() / temperature, descending=True).values[top_k - 1]
-        probs = torch.where(logits.double() / temperature >= kth, probs, 0.0)
-        probs = probs / probs.sum()
-    if top_p < 1:
-        order = torch.argsort(probs, descending=True).tolist()
-        kept, mass = [], 0.0
-        for token in order:
-            if mass >= top_p:
-                break
-            kept.append(token)
-            mass += float(probs[token])
-        mask = torch.zeros_like(probs, dtype=torch.bool)
-        mask[kept] = True
-        probs = torch.where(mask, probs, 0.0)
-        probs = probs / probs.sum()
-    return probs
-
-
-@pytest.mark.parametrize(
-    ("temperature", "top_p", "top_k"), [(1.0, 1.0, 0), (0.7, 0.8, 0), (1.3, 1.0, 3), (0.9, 0.6, 5)]
-)
-def test_probabilities_apply_temperature_top_k_and_top_p(
-    temperature: float, top_p: float, top_k: int
-) -> None:
-    logits = torch.randn(3, 2, 50, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 3
-    params = SamplingParams.from_lists([temperature] * 3, [top_p] * 3, [top_k] * 3, torch.device("cpu"))
-    ours = probabilities(logits, params)
-    for b, m in itertools.product(range(3), range(2)):
-        torch.testing.assert_close(ours[b, m], _reference_filter(logits[b, m], temperature, top_p, top_k))
-
-
-def test_greedy_rows_are_one_hot_at_the_argmax_beside_sampled_rows() -> None:
-    logits = torch.randn(2, 1, 20, generator=torch.Generator().manual_seed(2))
-    params = SamplingParams.from_lists([0.0, 1.0], [0.5, 1.0], [3, 0], torch.device("cpu"))
-    probs = probabilities(logits, params)
-    assert probs[0, 0].tolist() == torch.nn.functional.one_hot(logits[0, 0].argmax(), 20).float().tolist()
-    torch.testing.assert_close(probs[1, 0], torch.softmax(logits[1, 0], -1))
-
-
-def test_inverse_cdf_sampling_never_picks_a_zero_probability_token() -> None:
-    probs = torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]] * 5)
-    picked = sample(probs, torch.tensor([0.0, 0.25, 0.4999, 0.5, 0.9999999], dtype=torch.float64))
-    assert picked.tolist() == [1, 1, 1, 3, 3]
-
-
-def test_verify_accepts_with_probability_min_one_p_over_q_and_resamples_the_residual() -> None:
-    p = torch.tensor([0.1, 0.6, 0.3], dtype=torch.float64)
-    q = torch.tensor([0.5, 0.2, 0.3], dtype=torch.float64)
-    grid = 10_000
-    uniforms = (torch.arange(grid, dtype=torch.float64) + 0.5) / grid
-    draft_tokens = torch.zeros(grid, 1, dtype=torch.long)  # token 0: p/q = 0.2
-    verdict = verify(
-        draft_tokens,
-        q.expand(grid, 1, 3),
-        torch.stack([p, p]).expand(grid, 2, 3),
-        uniforms.unsqueeze(1),
-        uniforms.flip(0).unsqueeze(1).expand(grid, 2),
-    )
-    assert verdict.accepted.double().mean().item() == pytest.approx(0.2, abs=1e-3)
-    rejected = verdict.accepted == 0
-    residual = (p - q).clamp_min(0)
-    residual = residual / residual.sum()  # [0, 1, 0]: only token 1 has p > q
-    counts = torch.bincount(verdict.next_token[rejected], minlength=3).double() / int(rejected.sum())
-    torch.testing.assert_close(counts, residual)
-
-
-def test_verify_takes_the_bonus_token_from_the_last_target_distribution() -> None:
-    p = torch.tensor([[0.2, 0.8, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
-    q = torch.tensor([[0.1, 0.9, 0.0]], dtype=torch.float64)
-    verdict = verify(
-        torch.tensor([[0]]), q.unsqueeze(0), p.unsqueeze(0), torch.tensor([[0.5]]), torch.tensor([[0.9, 0.3]])
-    )
-    assert verdict.accepted.tolist() == [1]
-    assert verdict.next_token.tolist() == [2]
-
-
 def _exact_joint(pair, temperature: float, top_p: float, top_k: int) -> dict[tuple[int, int], float]:
     """P(first two tokens) under the target, straight from the Hugging Face model."""
-    params = SamplingParams.from_lists([temperature], [top_p], [top_k], torch.device("cpu"))
+    params = SamplingTensors.from_lists([temperature], [top_p], [top_k], torch.device("cpu"))
     with torch.no_grad():
         first = probabilities(pair.hf_target(torch.tensor([PROMPT])).logits[:, -1:], params)[0, 0]
         contexts = torch.tensor([[*PROMPT, t] for t in range(VOCAB)])

@@ -8,7 +8,7 @@ import functools
 
 import pytest
 import torch
-from decoding_fixtures import make_pair, prompts
+from pairs import make_pair, prompts
 
 from specbatch.decoding import Engine, GenerationRequest
 from specbatch.decoding.steps import MAX_DRAFT_CATCH_UP

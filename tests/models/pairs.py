@@ -1,4 +1,7 @@
-"""Small in-memory Qwen3 pairs for the decoding tests (built in-test, never downloaded).
+"""Small in-memory Qwen3 pairs for the model tests (built in-test, never downloaded).
+
+Tests import these builders by name (``from pairs import make_pair``); the fixtures made
+from them are in this folder's conftest.
 
 The exactness tests run the models in float64: speculative verification feeds the
 target K+1 tokens at once while target_only feeds one, and in float32 the two matmul

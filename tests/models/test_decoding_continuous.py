@@ -8,27 +8,28 @@ import itertools
 import random
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
-from decoding_fixtures import make_pair, prompts
+from pairs import prompts
 
-from specbatch.decoding import Engine, GenerationRequest, GenerationResult
-from specbatch.decoding.costs import PassCosts
-from specbatch.decoding.lookahead import BatchShape, GoodputLookahead
+from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair
+from specbatch.decoding.lookahead import BatchShape
 
 NEW_TOKENS = 24
 
 
-@functools.cache
-def _pair():
-    return make_pair("controlled", epsilon=0.3)
+@pytest.fixture(scope="module")
+def reference(pair: ModelPair) -> Callable[..., list[int]]:
+    """``reference(prompt, new_tokens)``: the target's own greedy output for one prompt
+    decoded alone, computed once per prompt and budget."""
 
+    @functools.cache
+    def decode(prompt: tuple[int, ...], new_tokens: int = NEW_TOKENS) -> list[int]:
+        request = GenerationRequest(list(prompt), max_new_tokens=new_tokens)
+        return Engine(pair).generate([request], mode="target_only")[0].tokens
 
-@functools.cache
-def _reference(prompt: tuple[int, ...], new_tokens: int = NEW_TOKENS) -> list[int]:
-    """The target's own greedy output for one prompt decoded alone."""
-    request = GenerationRequest(list(prompt), max_new_tokens=new_tokens)
-    return Engine(_pair()).generate([request], mode="target_only")[0].tokens
+    return decode
 
 
 class _Collect:
@@ -78,8 +79,7 @@ class _RandomK:
         return True
 
 
-def test_rows_that_join_a_running_batch_are_exact() -> None:
-    pair = _pair()
+def test_rows_that_join_a_running_batch_are_exact(pair, reference) -> None:
     rows = prompts(6, pair.vocab_size, seed=21)
     engine = Engine(pair, lookahead=3)
     late = _Collect(3)
@@ -95,15 +95,14 @@ def test_rows_that_join_a_running_batch_are_exact() -> None:
     early_results, late_results = early.wait(), late.wait()
     assert joined.is_set()
     for key, prompt in enumerate(rows[:3]):
-        assert early_results[key].tokens == _reference(tuple(prompt))
+        assert early_results[key].tokens == reference(tuple(prompt))
     for key, prompt in enumerate(rows[3:]):
-        assert late_results[key].tokens == _reference(tuple(prompt))
+        assert late_results[key].tokens == reference(tuple(prompt))
     # the late rows ran beside the early ones: some step carried tokens for both sinks
     assert len(early.steps) > 3 and len(late.steps) < len(early.steps) + NEW_TOKENS
 
 
-def test_rows_beyond_max_rows_wait_and_join_as_others_leave() -> None:
-    pair = _pair()
+def test_rows_beyond_max_rows_wait_and_join_as_others_leave(pair, reference) -> None:
     rows = prompts(7, pair.vocab_size, seed=22)
     budgets = [4, 30, 8, 12, 30, 5, 20]
     engine = Engine(pair, lookahead="goodput", max_rows=3)
@@ -114,23 +113,21 @@ def test_rows_beyond_max_rows_wait_and_join_as_others_leave() -> None:
     )
     assert max(running) == 3
     for prompt, budget, result in zip(rows, budgets, results, strict=True):
-        assert result.tokens == _reference(tuple(prompt), budget)
+        assert result.tokens == reference(tuple(prompt), budget)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_different_k_every_step_stays_exact(seed: int) -> None:
-    pair = _pair()
+def test_a_different_k_every_step_stays_exact(seed: int, pair, reference) -> None:
     rows = prompts(6, pair.vocab_size, seed=23)
     engine = Engine(pair)
     engine.lookahead = _RandomK(seed)
     results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
     assert {0, 8} <= set(engine.lookahead.chosen) or len(set(engine.lookahead.chosen)) > 4
     for prompt, result in zip(rows, results, strict=True):
-        assert result.tokens == _reference(tuple(prompt))
+        assert result.tokens == reference(tuple(prompt))
 
 
-def test_preempted_rows_are_requeued_and_stay_exact() -> None:
-    pair = _pair()
+def test_preempted_rows_are_requeued_and_stay_exact(pair, reference) -> None:
     rows = prompts(6, pair.vocab_size, seed=24, min_len=8, max_len=14)
     block = 4
     # room for about three rows at full length: the others wait or are preempted
@@ -145,12 +142,11 @@ def test_preempted_rows_are_requeued_and_stay_exact() -> None:
     assert sum(r.preemptions for r in results) == engine.snapshot().preemptions
     assert max(held) <= engine.pool.num_blocks
     for prompt, result in zip(rows, results, strict=True):
-        assert result.tokens == _reference(tuple(prompt))
+        assert result.tokens == reference(tuple(prompt))
         assert result.num_output_tokens == NEW_TOKENS
 
 
-def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_decoding() -> None:
-    pair = _pair()
+def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_decoding(pair, reference) -> None:
     chunk = 32
     engine = Engine(pair, lookahead=2, prefill_chunk=chunk)
     fed: list[tuple[str, int]] = []
@@ -170,15 +166,14 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_decoding()
     engine.submit(GenerationRequest(short, max_new_tokens=60), runner)
     runner.wait()
     late.wait()
-    assert late.results[0].tokens == _reference(tuple(long_prompt), 4)
-    assert runner.results[0].tokens == _reference(tuple(short), 60)
+    assert late.results[0].tokens == reference(tuple(long_prompt), 4)
+    assert runner.results[0].tokens == reference(tuple(short), 60)
     assert max(count for name, count in fed) <= chunk
     # while the long prompt was being prefilled (7 chunks), the short row got tokens every step
     assert len(runner.steps) >= 200 // chunk
 
 
-def test_a_leaving_row_frees_its_blocks_without_moving_anyone() -> None:
-    pair = _pair()
+def test_a_leaving_row_frees_its_blocks_without_moving_anyone(pair) -> None:
     engine = Engine(pair, lookahead=2, block_size=4)
     stores = engine.runner.stores
     pointers = {n: [t.data_ptr() for t in s.keys + s.values] for n, s in stores.items()}
@@ -202,8 +197,7 @@ def test_a_leaving_row_frees_its_blocks_without_moving_anyone() -> None:
     assert engine.pool.num_free == engine.pool.num_blocks
 
 
-def test_blocks_held_track_the_tokens_each_row_needs() -> None:
-    pair = _pair()
+def test_blocks_held_track_the_tokens_each_row_needs(pair) -> None:
     block = 8
     engine = Engine(pair, lookahead=4, block_size=block)
     checks = []
@@ -220,8 +214,7 @@ def test_blocks_held_track_the_tokens_each_row_needs() -> None:
     assert checks and all(checks)
 
 
-def test_cancel_takes_effect_at_the_next_step_and_deadlines_expire() -> None:
-    pair = _pair()
+def test_cancel_takes_effect_at_the_next_step_and_deadlines_expire(pair, reference) -> None:
     engine = Engine(pair, lookahead=2)
     rows = prompts(3, pair.vocab_size, seed=29)
     handles: list = []
@@ -244,13 +237,12 @@ def test_cancel_takes_effect_at_the_next_step_and_deadlines_expire() -> None:
     results = sink.wait()
     assert results[1].finish_reason == "cancelled"
     assert 0 < results[1].num_output_tokens < 30
-    assert results[1].tokens == _reference(tuple(rows[1]), 30)[: results[1].num_output_tokens]
+    assert results[1].tokens == reference(tuple(rows[1]), 30)[: results[1].num_output_tokens]
     assert results[2].finish_reason == "deadline" and results[2].num_output_tokens == 0
-    assert results[0].tokens == _reference(tuple(rows[0]), 30)
+    assert results[0].tokens == reference(tuple(rows[0]), 30)
 
 
-def test_static_batching_admits_only_into_an_empty_engine() -> None:
-    pair = _pair()
+def test_static_batching_admits_only_into_an_empty_engine(pair) -> None:
     rows = prompts(6, pair.vocab_size, seed=30)
     engine = Engine(pair, lookahead=2, max_rows=3, batching="static")
     steps: list[set[int]] = []
@@ -266,8 +258,7 @@ def test_static_batching_admits_only_into_an_empty_engine() -> None:
     assert batches == 2
 
 
-def test_a_fault_in_a_step_fails_its_rows_and_the_engine_goes_on(monkeypatch) -> None:
-    pair = _pair()
+def test_a_fault_in_a_step_fails_its_rows_and_the_engine_goes_on(monkeypatch, pair, reference) -> None:
     engine = Engine(pair, lookahead=0)
     original = engine.runner.plain_step
     calls = {"n": 0}
@@ -283,13 +274,13 @@ def test_a_fault_in_a_step_fails_its_rows_and_the_engine_goes_on(monkeypatch) ->
     with pytest.raises(RuntimeError, match="injected fault"):
         engine.generate([GenerationRequest(p, max_new_tokens=5) for p in rows])
     assert engine.pool.num_free == engine.pool.num_blocks
-    assert engine.generate([GenerationRequest(rows[0], max_new_tokens=5)])[0].tokens == _reference(
+    assert engine.generate([GenerationRequest(rows[0], max_new_tokens=5)])[0].tokens == reference(
         tuple(rows[0]), 5
     )
 
 
-def test_the_loop_thread_ends_when_idle() -> None:
-    engine = Engine(_pair(), lookahead=2)
+def test_the_loop_thread_ends_when_idle(pair) -> None:
+    engine = Engine(pair, lookahead=2)
     engine.generate([GenerationRequest([5, 6, 7], max_new_tokens=3)])
     thread = engine._thread
     if thread is not None:
@@ -297,70 +288,7 @@ def test_the_loop_thread_ends_when_idle() -> None:
     assert engine._thread is None
 
 
-def _costs(per_token: float, fixed: float) -> PassCosts:
-    costs = PassCosts()
-    for tokens in (1, 4, 16, 64, 256):
-        for span in (10, 100):
-            costs.observe(tokens, 4 * span, tokens * span, fixed + per_token * tokens)
-    return costs
-
-
-def _policy_costs(target: PassCosts, draft: PassCosts, overhead: float = 0.0) -> dict[str, PassCosts]:
-    steps = _costs(per_token=0.0, fixed=overhead)
-    return {"target": target, "draft": draft, "step_speculative": steps, "step_plain": _costs(0.0, overhead)}
-
-
-def test_goodput_speculates_when_verify_is_cheap_and_not_when_it_is_not() -> None:
-    # memory-bound target: a pass costs about the same for 1 or 9 tokens per row
-    flat = GoodputLookahead(
-        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
-    )
-    shape = BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)
-    assert flat.choose(shape) >= 3
-    low_alpha = BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)
-    assert flat.choose(low_alpha) == 0
-    # compute-bound target: every extra token costs a full token's time
-    steep = GoodputLookahead(
-        _policy_costs(_costs(per_token=1e-2, fixed=1e-4), _costs(per_token=2e-3, fixed=1e-4))
-    )
-    assert steep.choose(shape) == 0
-    # a row about to finish gains nothing from a long lookahead
-    short = BatchShape(alphas=[0.9], remaining=[2], span=10)
-    assert flat.choose(short) <= 1
-
-
-def test_goodput_catches_a_lagging_draft_up_only_when_the_row_repays_it() -> None:
-    flat = GoodputLookahead(
-        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
-    )
-    assert flat.choose(BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)) > 0
-    assert flat.catch_up_pays(remaining=200, lag=50, span=60)
-    assert not flat.catch_up_pays(remaining=1, lag=500, span=510)
-    assert flat.choose(BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)) == 0
-    assert not flat.catch_up_pays(remaining=200, lag=50, span=60), "no catch-up while K = 0 pays best"
-
-
-def test_step_overhead_favours_longer_steps() -> None:
-    target, draft = _costs(per_token=1e-5, fixed=0.002), _costs(per_token=1e-6, fixed=0.001)
-    batch = BatchShape(alphas=[0.9], remaining=[100], span=50)
-    light = GoodputLookahead(_policy_costs(target, draft, overhead=0.0)).choose(batch)
-    heavy = GoodputLookahead(_policy_costs(target, draft, overhead=0.02)).choose(batch)
-    assert heavy > light
-
-
-def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
-    costs = PassCosts()
-    for tokens, slots, pairs in ((1, 10, 10), (8, 10, 80), (1, 500, 500), (8, 500, 900), (32, 100, 3200)):
-        costs.observe(tokens, slots, pairs, 0.002 + 0.001 * tokens + 0.00001 * slots + 1e-6 * pairs)
-    assert costs.predict(16, 200, 3200) == pytest.approx(0.002 + 0.016 + 0.002 + 0.0032, rel=1e-6)
-    noisy = PassCosts()
-    for tokens in (1, 2, 3):
-        noisy.observe(tokens, 0, 0, 0.01 - 0.001 * tokens)  # a negative slope is dropped
-    assert noisy.predict(100, 0, 0) >= 0
-
-
-def test_a_row_whose_output_cannot_be_settled_still_gets_one_result(monkeypatch) -> None:
-    pair = _pair()
+def test_a_row_whose_output_cannot_be_settled_still_gets_one_result(monkeypatch, pair) -> None:
     engine = Engine(pair, lookahead=2)
     original = engine._stop_rules.finish
     calls = {"n": 0}

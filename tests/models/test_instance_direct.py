@@ -4,13 +4,13 @@ and come back as arrays in row order."""
 import json
 
 import numpy as np
-import pytest
-from serving_fixtures import make_engine, tiny_pair
+from serving_fixtures import make_engine
 
 from specbatch.decoding import GenerationRequest
-from specbatch.serving.instance.direct import outcome_arrays, rows_from_arrays, run_rows
+from specbatch.serving.instance.direct import direct_arrays, rows_from_arrays, run_rows
 from specbatch.serving.instance.runner import InstanceRunner
-from specbatch.serving.wire import GENERATE, SCORE, RowOutcome, RowWork, strings, texts
+from specbatch.serving.messages import GENERATE, SCORE, RowOutcome, RowWork
+from specbatch.triton.strings import strings, texts
 
 PROMPTS = ["Instruction: Describe a lighthouse.\nQuestion: \nGeneration:", "Name three rivers."]
 
@@ -39,8 +39,17 @@ def test_score_mode_makes_scoring_rows_with_their_choices():
     assert (row.kind, row.mode, row.choices, row.temperature) == (SCORE, "speculative", (" A", " B"), 0.5)
 
 
-def test_outcome_arrays_hold_text_reasons_errors_and_counters():
-    arrays = outcome_arrays([RowOutcome("a", "", "length", 3, 4, 6, 5), RowOutcome.failed("too long")])
+def test_direct_arrays_hold_text_reasons_errors_and_counters():
+    arrays = direct_arrays([RowOutcome("a", "", "length", 3, 4, 6, 5), RowOutcome.failed("too long")])
+    assert set(arrays) == {
+        "text_output",
+        "finish_reason",
+        "error",
+        "num_input_tokens",
+        "num_output_tokens",
+        "total_draft_tokens",
+        "total_accepted_draft_tokens",
+    }, "the outputs qwen3_specdec declares, nothing of the ensemble's"
     assert texts(arrays["text_output"]) == ["a", ""]
     assert texts(arrays["finish_reason"]) == ["length", "error"]
     assert texts(arrays["error"]) == ["", "too long"]
@@ -48,13 +57,8 @@ def test_outcome_arrays_hold_text_reasons_errors_and_counters():
     assert arrays["num_output_tokens"].tolist() == [4, 0]
 
 
-@pytest.fixture(scope="module")
-def pair(tiny_pair_dir):
-    return tiny_pair(tiny_pair_dir)
-
-
-def test_run_rows_waits_for_every_row_and_answers_in_row_order(pair):
-    engine = make_engine(pair)
+def test_run_rows_waits_for_every_row_and_answers_in_row_order(tiny_pair):
+    engine = make_engine(tiny_pair)
     rows = [
         RowWork(3, GENERATE, PROMPTS[0], max_tokens=12),
         RowWork(4, GENERATE, PROMPTS[1], max_tokens=5000),

@@ -1,0 +1,123 @@
+"""What the engine decides on the host, on plain numbers and no model: the lookahead
+policies (the seed's rule and the goodput model), the pass-cost fit behind the goodput
+model, and the bucketed shapes compiled steps run at."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbatch.decoding.buckets import Shapes
+from specbatch.decoding.costs import PassCosts
+from specbatch.decoding.lookahead import (
+    BatchShape,
+    FixedLookahead,
+    GoodputLookahead,
+    RuleLookahead,
+    next_lookahead,
+)
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "current", "expected"),
+    [
+        (0.9, 4, 6),
+        (0.76, 7, 8),
+        (0.7, 4, 5),
+        (0.6, 4, 4),
+        (0.5, 4, 4),
+        (0.41, 4, 4),
+        (0.4, 4, 3),
+        (0.3, 4, 3),
+        (0.25, 4, 2),
+        (0.1, 2, 1),
+        (0.0, 1, 1),
+        (1.0, 8, 8),
+    ],
+)
+def test_lookahead_rule(acceptance: float, current: int, expected: int) -> None:
+    assert next_lookahead(current, acceptance) == expected
+
+
+def test_adaptive_lookahead_uses_a_rolling_window_and_fixed_k_never_moves() -> None:
+    adaptive = RuleLookahead(initial=4, window=2)
+    adaptive.record(4, 4)  # 1.0 -> 6
+    adaptive.record(6, 0)  # window (10, 4) = 0.4 -> 5
+    assert adaptive.k == 5
+    adaptive.record(5, 0)  # window (11, 0) -> 3
+    assert adaptive.k == 3
+    fixed = FixedLookahead(3)
+    fixed.record(3, 0)
+    assert fixed.k == 3
+    with pytest.raises(ValueError):
+        FixedLookahead(9)
+
+
+def _costs(per_token: float, fixed: float) -> PassCosts:
+    costs = PassCosts()
+    for tokens in (1, 4, 16, 64, 256):
+        for span in (10, 100):
+            costs.observe(tokens, 4 * span, tokens * span, fixed + per_token * tokens)
+    return costs
+
+
+def _policy_costs(target: PassCosts, draft: PassCosts, overhead: float = 0.0) -> dict[str, PassCosts]:
+    steps = _costs(per_token=0.0, fixed=overhead)
+    return {"target": target, "draft": draft, "step_speculative": steps, "step_plain": _costs(0.0, overhead)}
+
+
+def test_goodput_speculates_when_verify_is_cheap_and_not_when_it_is_not() -> None:
+    # memory-bound target: a pass costs about the same for 1 or 9 tokens per row
+    flat = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
+    )
+    shape = BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)
+    assert flat.choose(shape) >= 3
+    low_alpha = BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)
+    assert flat.choose(low_alpha) == 0
+    # compute-bound target: every extra token costs a full token's time
+    steep = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-2, fixed=1e-4), _costs(per_token=2e-3, fixed=1e-4))
+    )
+    assert steep.choose(shape) == 0
+    # a row about to finish gains nothing from a long lookahead
+    short = BatchShape(alphas=[0.9], remaining=[2], span=10)
+    assert flat.choose(short) <= 1
+
+
+def test_goodput_catches_a_lagging_draft_up_only_when_the_row_repays_it() -> None:
+    flat = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    )
+    assert flat.choose(BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)) > 0
+    assert flat.catch_up_pays(remaining=200, lag=50, span=60)
+    assert not flat.catch_up_pays(remaining=1, lag=500, span=510)
+    assert flat.choose(BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)) == 0
+    assert not flat.catch_up_pays(remaining=200, lag=50, span=60), "no catch-up while K = 0 pays best"
+
+
+def test_step_overhead_favours_longer_steps() -> None:
+    target, draft = _costs(per_token=1e-5, fixed=0.002), _costs(per_token=1e-6, fixed=0.001)
+    batch = BatchShape(alphas=[0.9], remaining=[100], span=50)
+    light = GoodputLookahead(_policy_costs(target, draft, overhead=0.0)).choose(batch)
+    heavy = GoodputLookahead(_policy_costs(target, draft, overhead=0.02)).choose(batch)
+    assert heavy > light
+
+
+def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
+    costs = PassCosts()
+    for tokens, slots, pairs in ((1, 10, 10), (8, 10, 80), (1, 500, 500), (8, 500, 900), (32, 100, 3200)):
+        costs.observe(tokens, slots, pairs, 0.002 + 0.001 * tokens + 0.00001 * slots + 1e-6 * pairs)
+    assert costs.predict(16, 200, 3200) == pytest.approx(0.002 + 0.016 + 0.002 + 0.0032, rel=1e-6)
+    noisy = PassCosts()
+    for tokens in (1, 2, 3):
+        noisy.observe(tokens, 0, 0, 0.01 - 0.001 * tokens)  # a negative slope is dropped
+    assert noisy.predict(100, 0, 0) >= 0
+
+
+def test_shapes_pad_to_buckets_only_when_static() -> None:
+    static, exact = Shapes(static=True), Shapes(static=False)
+    assert [static.batch(n) for n in (1, 3, 5, 9, 33, 64, 65, 130)] == [1, 4, 8, 16, 64, 64, 128, 192]
+    assert [static.width(n) for n in (1, 2, 3, 5, 200)] == [1, 2, 4, 8, 256]
+    assert [static.span(n) for n in (1, 64, 65, 1000)] == [64, 64, 128, 1024]
+    assert static.lookahead(3) == 8
+    assert (exact.batch(5), exact.width(3), exact.span(65), exact.lookahead(3)) == (5, 3, 65, 3)
