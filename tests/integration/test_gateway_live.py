@@ -24,9 +24,6 @@ def post(url: str, body: bytes) -> int:
             return reply.status
     except urllib.error.HTTPError as exc:
         return exc.code
-    except (ConnectionError, urllib.error.URLError):
-        # a server may close the connection after answering 413, before the body is sent
-        return 413
 
 
 def still_serving(server) -> None:
@@ -48,6 +45,8 @@ def test_a_huge_body_to_any_http_endpoint_is_refused_and_the_server_stays_up(ser
         f"{openai_front.url}/v1/completions",
         f"{openai_front.url}/v1/chat/completions",
     ]
+    # the fronts read a refused body to its end (aiohttp's lingering close) before they
+    # close, so the client reads its 413: a closed connection is a failure here
     statuses = {url: post(url, prompt) for url in endpoints}
     assert set(statuses.values()) == {413}, statuses
     still_serving(server)
