@@ -18,6 +18,11 @@ admission decisions, taken per instance whenever it reports its state:
   of the order does not fit an instance's free memory, the next prompt in the order
   that fits goes instead (in practice one of a shorter bin). The bins' depths are what
   the metrics report per bin.
+- **where**: an idle or lightly loaded instance takes the next prompt; among instances
+  within ``prefix_affinity_rows`` rows of the least loaded, the one the prompt's prefix
+  was last sent to goes first (its KV blocks are likely still cached there), so the
+  turns of a conversation and the requests sharing a system prompt skip their prefill.
+  A busier holder does not: load decides.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
   estimated capacity (rows they may run ÷ seconds a row takes), never more than
   ``queue_limit`` nor fewer than ``queue_min`` prompts, and a prompt past that is
@@ -43,6 +48,7 @@ from specbatch.scheduling.bins import BinBoundaries
 from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
 from specbatch.scheduling.errors import DuplicateRequestError, PolicyConfigError, UnknownWorkerError
 from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
 
 ORDERS = ("least_slack", "fcfs")
@@ -69,6 +75,7 @@ class AdmissionConfig:
     eps_mem: float = 0.05
     prefill_tokens_per_s: float = 2000.0  # until an instance has measured its own
     max_predicted_tokens: float = 1024.0
+    prefix_affinity_rows: int = 2  # how much busier a prefix's holder may be and still get it; -1: off
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -79,6 +86,10 @@ class AdmissionConfig:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise PolicyConfigError(f"{name} must be a finite number > 0, got {value!r}")
+        if self.prefix_affinity_rows < -1:
+            raise PolicyConfigError(
+                f"prefix_affinity_rows must be -1 (off) or more, got {self.prefix_affinity_rows}"
+            )
         if not 0 < self.eps_mem < 1:
             raise PolicyConfigError(f"eps_mem must be in (0, 1), got {self.eps_mem!r}")
 
@@ -104,6 +115,7 @@ class AdmissionPolicy:
         )
         self._queued: dict[Hashable, tuple[int, QueuedRequest]] = {}
         self._instances: dict[str, _Instance] = {}
+        self._prefix_holders = PrefixHolders()
         self._prediction_error = RunningStats()
         self._predicted = RunningStats()
         self._theta = NormalDist().inv_cdf(1.0 - config.eps_mem)
@@ -201,6 +213,7 @@ class AdmissionPolicy:
     def remove_instance(self, name: str) -> list[Hashable]:
         """Forget an instance; the keys of the rows it was running (the caller settles them)."""
         instance = self._instances.pop(name, None)
+        self._prefix_holders.forget(name)
         return [] if instance is None else list(instance.reserved)
 
     def report(self, name: str, load: InstanceLoad) -> None:
@@ -226,10 +239,11 @@ class AdmissionPolicy:
     def admit_spread(self, now_s: float) -> dict[str, list[QueuedRequest]]:
         """What every instance starts now: one prompt at a time to the instance running the
         fewest rows that can take one, so that light load spreads over the instances (each
-        with its own device) instead of packing onto the first."""
+        with its own device) instead of packing onto the first; the holder of the next
+        prompt's prefix goes first when it is nearly as idle (``prefix_affinity_rows``)."""
         started: dict[str, list[QueuedRequest]] = {}
         while self._queued:
-            for name in sorted(self._instances, key=lambda n: self._instances[n].rows):
+            for name in self._placement_order(now_s):
                 chosen = self.admit(name, now_s, limit=1)
                 if chosen:
                     started.setdefault(name, []).extend(chosen)
@@ -237,6 +251,21 @@ class AdmissionPolicy:
             else:
                 break
         return started
+
+    def _placement_order(self, now_s: float) -> list[str]:
+        """Instances by rows running, the next prompt's prefix holder first if it is within
+        ``prefix_affinity_rows`` of the least loaded."""
+        names = sorted(self._instances, key=lambda n: self._instances[n].rows)
+        if self.config.prefix_affinity_rows < 0 or len(names) < 2:
+            return names
+        head = self._ordered(now_s)[0]
+        holder = self._prefix_holders.holder(head.prefix_keys)
+        if holder in self._instances and (
+            self._instances[holder].rows <= self._instances[names[0]].rows + self.config.prefix_affinity_rows
+        ):
+            names.remove(holder)
+            names.insert(0, holder)
+        return names
 
     def admit(self, name: str, now_s: float, limit: int | None = None) -> list[QueuedRequest]:
         """The prompts (at most ``limit``) to start on instance ``name`` now, best first;
@@ -263,6 +292,7 @@ class AdmissionPolicy:
         for request in chosen:
             del self._queued[request.request_id]
             instance.reserved[request.request_id] = self._need(request)
+            self._prefix_holders.sent(request.prefix_keys, name)
         return chosen
 
     # ---- internals --------------------------------------------------------------------

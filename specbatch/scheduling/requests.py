@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
 from specbatch.scheduling.errors import InvalidPolicyInputError
 
@@ -22,7 +21,8 @@ class QueuedRequest:
     continuous lengths, as the multi-bin
     throughput theorem of Guldogan et al. 2024 assumes). ``arrival_s`` and ``deadline_s`` are on the
     caller's clock, whichever clock that is: the policy only compares them with the ``now_s``
-    it is given.
+    it is given. ``prefix_keys`` (:func:`specbatch.scheduling.prefixes.prefix_keys`) say
+    which instance may hold the prompt's leading KV blocks.
     """
 
     request_id: Hashable
@@ -30,7 +30,7 @@ class QueuedRequest:
     input_tokens: int
     arrival_s: float
     deadline_s: float | None = None
-    payload: Any = field(default=None, compare=False, repr=False)
+    prefix_keys: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not _is_finite_number(self.predicted_tokens) or self.predicted_tokens < 0:

@@ -173,6 +173,15 @@ def post_generate(http_url: str, max_tokens: int, prompt: str = INFOBENCH_PROMPT
         return exc.code, exc.read().decode()
 
 
+def is_ready(http_url: str) -> bool:
+    """What `/v2/health/ready` says (through the gateway: 200 or 503)."""
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=30) as reply:
+            return reply.status == 200
+    except urllib.error.HTTPError:
+        return False
+
+
 def running_rows(metrics_url: str) -> float:
     return sum(metric_values(scrape(metrics_url), "specbatch_running_rows").values())
 

@@ -14,12 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import descendants, post_generate, running_rows, running_server, stub_pid
+from helpers import descendants, is_ready, post_generate, running_rows, running_server, stub_pid
 
 from specbatch.server.process import TritonProcess
 
 pytestmark = pytest.mark.integration
 
+HONEST_S = 5  # readiness says a dead step cannot serve
 BACK_S = 30  # router and scheduler
 FULL_CAPACITY_S = 60  # a decoding instance (its model pair loads again)
 INSTANCES = {"qwen3_specdec_0_0", "qwen3_specdec_0_1"}
@@ -46,12 +47,18 @@ def serves(server: TritonProcess) -> bool:
     return post_generate(server.http_url, 4)[0] == 200
 
 
+def readiness_is_honest(server: TritonProcess) -> bool:
+    """Ready only if a request is served: a dead step shows as not ready (or is back)."""
+    return not is_ready(server.http_url) or serves(server)
+
+
 def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod):
     with ThreadPoolExecutor(4) as pool:
         pending = [pool.submit(post_generate, pod.http_url, 400) for _ in range(4)]
         until(lambda: running_rows(pod.metrics_url) >= 2, "rows to run", 60)
         killed = time.monotonic()
         os.kill(stub_pid(pod.process.pid, "scheduler_0_0"), signal.SIGKILL)
+        until(lambda: readiness_is_honest(pod), "readiness to say the scheduler is down", HONEST_S)
         answers = [future.result(timeout=60) for future in pending]
         answered_s = time.monotonic() - killed
     assert answered_s < 20, answered_s
@@ -62,6 +69,7 @@ def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod):
 
 def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod):
     os.kill(stub_pid(pod.process.pid, "router_0_0"), signal.SIGKILL)
+    until(lambda: readiness_is_honest(pod), "readiness to say the router is down", HONEST_S)
     statuses = set()
 
     def back() -> bool:

@@ -19,6 +19,7 @@ from specbatch.routing import (
 from specbatch.routing.classify import AMBIGUOUS, DEFAULT_TASK
 from specbatch.scheduling.admission import AdmissionConfig
 from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.prefixes import prefix_keys
 from specbatch.serving.latency import PromptTiming
 from specbatch.serving.messages import GENERATE, SCORE, Cancel, Done, RowOutcome, RowWork, Run
 from specbatch.serving.router.routing import PromptRouter
@@ -528,6 +529,24 @@ def test_the_scheduler_predicts_each_prompt_s_length_within_its_max_tokens(tiny_
         assert generate.predicted_tokens == 16, "max_tokens caps the prediction"
         assert (score.predicted_tokens, route.predicted_tokens) == (1, 4), "one scored token; the draft row"
         assert all(r.ticket.predicted_tokens == r.predicted_tokens > 0 for r in (generate, score, route))
+        assert all(r.ticket.prefix_keys == prefix_keys(r.model_text) for r in (generate, score, route))
         assert cluster.core.queued == 3 and cluster.core.running_rows == 0
+
+    run_cluster(None, tiny_pair_dir, scenario)
+
+
+def test_the_turns_of_a_conversation_start_where_the_first_turn_ran(tiny_pair_dir):
+    system = "Instruction: You are a careful assistant who answers in one short sentence. " * 12
+
+    async def scenario(cluster):
+        cluster.join_scripted("a")
+        cluster.join_scripted("b")
+        cluster.submit(routed(["Instruction: Name a river.\nQuestion: \nGeneration:"], max_tokens=[8]))
+        cluster.submit(routed([system + "\nQuestion: hi\nGeneration:"], max_tokens=[8]))
+        assert [len(rows_sent(cluster, name)) for name in ("a", "b")] == [1, 1], "least loaded first"
+        # one row each: by load alone "a" would come first; the prefix went to "b"
+        cluster.submit(routed([system + "\nQuestion: and again?\nGeneration:"], max_tokens=[8]))
+        assert [len(rows_sent(cluster, name)) for name in ("a", "b")] == [1, 2]
+        assert rows_sent(cluster, "b")[1].prompt.endswith("and again?\nGeneration:")
 
     run_cluster(None, tiny_pair_dir, scenario)

@@ -8,6 +8,7 @@ import pytest
 from specbatch.scheduling import QueuedRequest
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy, QueueFullError
 from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.prefixes import PrefixHolders, prefix_keys
 from specbatch.scheduling.simulate.continuous import (
     ContinuousSimulator,
     SimInstance,
@@ -204,3 +205,64 @@ def test_light_load_spreads_over_instances_and_fills_each_only_to_its_cap():
         "b": ["p3"]
     }, "b had room for one more; a was full"
     assert admission.queued == 1
+
+
+SYSTEM = "You are a careful assistant who answers in one sentence. " * 20  # about 1,100 characters
+
+
+def turn(key, text, arrival=0.0):
+    return QueuedRequest(key, 10, 10, arrival, prefix_keys=prefix_keys(text))
+
+
+def test_prompts_sharing_a_prefix_share_its_keys_and_no_key_covers_a_whole_prompt():
+    first, second = prefix_keys(SYSTEM + "What is 2 + 2?"), prefix_keys(SYSTEM + "Name a river.")
+    assert len(first) == 3 and first == second, "256, 512 and 1024 characters are shared"
+    assert prefix_keys("x" * 256) == () and len(prefix_keys("x" * 257)) == 1
+    assert prefix_keys("y" * 600)[:2] != first[:2]
+
+
+def started_ids(started: dict[str, list[QueuedRequest]]) -> dict[str, list[str]]:
+    return {name: [r.request_id for r in rows] for name, rows in started.items()}
+
+
+def test_a_prompt_goes_where_its_prefix_went_unless_that_instance_is_busier_by_more_than_the_affinity():
+    admission = policy(max_rows=8, prefix_affinity_rows=1)
+    admission.add_instance("b", ROOMY)
+    admission.enqueue(turn("turn1", SYSTEM + "hi"))
+    [holder] = started_ids(admission.admit_spread(0.0))
+    other = "b" if holder == "a" else "a"
+    admission.enqueue(turn("unrelated", "z" * 600, arrival=0.05))
+    assert started_ids(admission.admit_spread(0.05)) == {other: ["unrelated"]}
+
+    admission.enqueue(turn("turn2", SYSTEM + "hi, again", arrival=0.1))
+    assert started_ids(admission.admit_spread(0.1)) == {holder: ["turn2"]}, "equal load: the prefix decides"
+    # the holder runs 2 rows against 1 now: within the affinity of 1
+    admission.enqueue(turn("turn3", SYSTEM + "and again", arrival=0.2))
+    assert started_ids(admission.admit_spread(0.2)) == {holder: ["turn3"]}
+    # 3 rows against 1: busier by more than the affinity, so load decides
+    admission.enqueue(turn("turn4", SYSTEM + "and once more", arrival=0.3))
+    assert started_ids(admission.admit_spread(0.3)) == {other: ["turn4"]}
+
+
+def test_without_affinity_or_after_the_holder_left_load_alone_decides():
+    for affinity, leaves in ((-1, False), (2, True)):
+        admission = policy(max_rows=8, prefix_affinity_rows=affinity)
+        admission.add_instance("b", ROOMY)
+        admission.enqueue(turn("first", SYSTEM + "hi"))
+        [holder] = started_ids(admission.admit_spread(0.0))
+        if leaves:
+            admission.remove_instance(holder)
+            admission.add_instance(holder, ROOMY)
+        admission.enqueue(turn("second", SYSTEM + "again", arrival=0.1))
+        other = "b" if holder == "a" else "a"
+        assert started_ids(admission.admit_spread(0.1)) == {other: ["second"]}
+
+
+def test_the_record_of_prefixes_is_bounded_and_forgets_the_least_recent():
+    holders = PrefixHolders(capacity=2)
+    holders.sent((1, 2), "a")
+    holders.sent((3,), "b")
+    assert len(holders) == 2 and holders.holder((1,)) is None, "the least recent key went"
+    assert holders.holder((2,)) == "a" and holders.holder((2, 3)) == "b", "the longest key on record decides"
+    holders.forget("b")
+    assert holders.holder((3,)) is None and len(holders) == 1

@@ -33,6 +33,7 @@ from specbatch.routing import LengthPredictor, route_evidence
 from specbatch.routing.classify import DEFAULT_TASK
 from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
 from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.prefixes import prefix_keys
 from specbatch.scheduling.requests import QueuedRequest
 from specbatch.serving.faults import FaultHooks
 from specbatch.serving.latency import PromptTiming
@@ -183,6 +184,7 @@ class SchedulerCore:
             input_tokens=record.input_tokens,
             arrival_s=record.request.arrival_s,
             deadline_s=record.request.deadline_s,
+            prefix_keys=prefix_keys(record.model_text),
         )
         return record.ticket
 

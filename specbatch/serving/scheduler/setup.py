@@ -55,6 +55,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             shed_deadlines=smart,
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
+            prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
         )
     )
 
