@@ -187,11 +187,11 @@ def _upstream_errors() -> Iterator[None]:
     except InferenceServerException as exc:
         status = str(exc.status() or "")
         if "UNAVAILABLE" in status or "UNIMPLEMENTED" in status or "CANCELLED" in status:
-            raise _unavailable(exc.message()) from None
+            raise _server_unavailable(exc.message()) from None
         raise from_pipeline(exc.message() or str(exc)) from None
     except grpc.RpcError as exc:  # the stream broke: tritonserver went away mid-request
-        raise _unavailable(str(exc)) from None
+        raise _server_unavailable(str(exc)) from None
 
 
-def _unavailable(detail: str) -> OpenAIError:
+def _server_unavailable(detail: str) -> OpenAIError:
     return OpenAIError(503, f"the inference server is unavailable: {detail}", code="unavailable")
