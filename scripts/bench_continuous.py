@@ -45,6 +45,7 @@ from tqdm import tqdm
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
 from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_benchmark_pairs
 from specbatch.decoding.tokenizer_build import corpus
+from specbatch.figures import save_figure
 
 logger = logging.getLogger("bench_continuous")
 
@@ -352,9 +353,7 @@ def plot(open_rows: list[dict], closed_rows: list[dict], path: Path) -> None:
     axes[2].set_ylabel("tokens/s over target-only")
     axes[2].legend(fontsize=6)
     axes[2].set_title("speculation under load")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from specbatch.decoding import Engine, GenerationRequest, ModelPair, load_model_pair, pair_from_models  # noqa: E402
 from specbatch.decoding.tiny import build_tiny_pair  # noqa: E402
 from specbatch.decoding.tokenizer_build import build_tokenizer  # noqa: E402
+from specbatch.figures import save_figure  # noqa: E402
 
 # Qwen3-8B and Qwen3-0.6B as published (config.json of Qwen/Qwen3-8B and Qwen/Qwen3-0.6B).
 QWEN3_8B = {
@@ -255,8 +256,7 @@ def plot(rows: list[dict], modes: list[str], path: Path) -> None:
     right.set(xlabel="K", ylabel="v(K), one-token passes", title="Verify cost (draft = target)")
     left.legend()
     right.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, dpi=120)
 
 
 def main() -> None:

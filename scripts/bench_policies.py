@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from specbatch.figures import save_figure  # noqa: E402
 from specbatch.routing import build_infobench_prompt, generate_workload  # noqa: E402
 from specbatch.server.launcher import ensure_tiny_models  # noqa: E402
 from specbatch.server.process import Ports, ServerOptions, TritonProcess  # noqa: E402
@@ -316,9 +317,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     right.set_yscale("log")
     left.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from specbatch.decoding import Engine, GenerationRequest, ModelPair, load_model_
 from specbatch.decoding.kv_blocks import dense_pool, layout_for
 from specbatch.decoding.tiny import CONTROLLED_ALPHAS, build_benchmark_pairs
 from specbatch.decoding.tokenizer_build import corpus
+from specbatch.figures import save_figure
 
 logger = logging.getLogger("bench_specdec")
 
@@ -355,9 +356,7 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[0].set_ylabel("speedup over our target_only")
     axes[0].legend(fontsize=7)
     fig.suptitle("Speculative decoding on CPU: controlled pairs (target = draft + ε-scaled layers)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main() -> None:

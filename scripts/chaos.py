@@ -52,6 +52,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specbatch.figures import save_figure  # noqa: E402
 from specbatch.lifeline import exit_with_parent_preexec  # noqa: E402
 from specbatch.loadtest.profiles import load_profile  # noqa: E402
 from specbatch.loadtest.prompts import PromptPool, build_prompt_pool  # noqa: E402
@@ -431,8 +432,7 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.set_ylabel("requests")
         axis.set_title(launcher)
         axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

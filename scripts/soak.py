@@ -45,6 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import tritonclient.grpc.aio as grpcclient  # noqa: E402
 from bench_policies import cpu_seconds  # noqa: E402
 
+from specbatch.figures import save_figure  # noqa: E402
 from specbatch.loadtest.arrivals import ArrivalSchedule  # noqa: E402
 from specbatch.loadtest.profiles import Arrival, load_profile  # noqa: E402
 from specbatch.loadtest.prompts import PromptPool, build_prompt_pool  # noqa: E402
@@ -383,8 +384,7 @@ def plot(run: dict, path: Path, title: str) -> None:
     for axis in (mem, queue, done):
         axis.axvspan(0, run["warmup_s"], color="grey", alpha=0.15)
     mem.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def measure_capacity(process: TritonProcess, pool: PromptPool, args: argparse.Namespace) -> float:

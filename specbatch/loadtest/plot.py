@@ -15,6 +15,7 @@ import io
 from collections import defaultdict
 from pathlib import Path
 
+from specbatch.figures import save_figure
 from specbatch.loadtest.profiles import LoadProfile
 from specbatch.loadtest.sla import E2E_TYPES, GRPC_E2E, HTTP_E2E, TPOT, TTFT, StatsFileError
 
@@ -110,8 +111,4 @@ def plot_latency_over_time(history_csv: Path, out_png: Path, profile: LoadProfil
     rate_axis.grid(alpha=0.3)
     title = f"Latency over time — profile {profile.name}" if profile else "Latency over time"
     axes[0].set_title(title)
-    figure.tight_layout()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out_png, dpi=100)
-    plt.close(figure)
-    return out_png
+    return save_figure(figure, out_png, dpi=100)

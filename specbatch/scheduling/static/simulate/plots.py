@@ -11,6 +11,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from specbatch.figures import save_figure
 from specbatch.scheduling.static.simulate.records import BatchRecord
 
 
@@ -99,6 +100,4 @@ def plot_policy_comparison(rows: Sequence[Mapping], path: Path) -> Path:
 
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path, dpi=120)
