@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import intent
-from .errors import GraphError, GraphLimitError, MMLUParseError
+from .errors import GraphError, GraphLimitError
 from .graph_parse import other_path_question, path_request, read_graph
 from .infobench import ends_with_generation_cue, has_instruction_marker
-from .mmlu import has_question_marker, mentions_multiple_choice, question_from_options
+from .mmlu import has_question_marker, mentions_multiple_choice, split_question
 from .options import OptionList, find_options
 from .text import collapse_spaces, normalize_newlines
 
@@ -87,21 +87,28 @@ def _graph_evidence(text: str, lower: str) -> Evidence | None:
     return Evidence("graph", "a fully read weighted graph, one source and target, and a count of paths")
 
 
-def _mmlu_evidence(text: str, options: OptionList | None) -> Evidence | None:
-    """Multiple-choice evidence, or ``None`` when no lettered option list ends the prompt."""
+def _mmlu_evidence(options: OptionList | None) -> Evidence | None:
+    """Multiple-choice evidence, or ``None`` when no lettered option list ends the prompt.
+
+    What the prompt asks is read outside the question: in the preamble, in the stem's
+    sentences that speak to the reader, and after the options. The stem's own wording and
+    the options are what the question is about and never count, except for a second open
+    question appended to it ("…, and why?"), which a letter cannot answer.
+    """
     if options is None:
         return None
-    try:
-        question = question_from_options(options)
-    except MMLUParseError:
+    preamble, stem = split_question(options.before)
+    if not stem:
         return Evidence("infobench", "a lettered list with nothing above it")
-    # An inline last option runs to the end of its line and may carry the rest of the ask.
-    around = "\n".join((options.before, options.after, options.choices[-1] if options.inline else ""))
+    outside = "\n".join((preamble, intent.instructions_in(stem), options.after))
     demand = (
-        intent.extra_demand(around)
-        or intent.asks_to_write_questions(around)
-        or intent.opinion_request(around)
+        intent.extra_demand(outside)
+        or intent.asks_to_write_questions(outside)
+        or intent.opinion_request(outside)
         or intent.open_question_after(options.after)
+        or intent.appended_question(stem)
+        # An inline last option runs to the end of its line and may carry the appended question.
+        or (intent.appended_question(options.choices[-1]) if options.inline else None)
     )
     if demand:
         return Evidence("infobench", f"a lettered list, but the prompt asks for more: {demand!r}")
@@ -109,9 +116,9 @@ def _mmlu_evidence(text: str, options: OptionList | None) -> Evidence | None:
         options.has_header
         or options.has_answer_cue
         or has_question_marker(options.before)
-        or intent.is_question(question.stem)
+        or intent.is_question(stem)
         or intent.choosing_question(options.after)
-        or intent.choice_request(around)
+        or intent.choice_request(f"{options.before}\n{options.after}")
         or mentions_multiple_choice(options.before)
     ):
         return Evidence("mmlu", "a lettered option list that the prompt asks to choose from")
@@ -121,10 +128,10 @@ def _mmlu_evidence(text: str, options: OptionList | None) -> Evidence | None:
 def route_evidence(prompt: str) -> Evidence:
     """Classify by structure and wording, and say why; ambiguous prompts get ``decision=None``."""
     text = collapse_spaces(normalize_newlines(prompt))
-    if has_instruction_marker(text) and ends_with_generation_cue(text):
+    if ends_with_generation_cue(text) and has_instruction_marker(text):
         return Evidence("infobench", "Instruction: … Generation: frame")
     graph = _graph_evidence(text, text.lower())
-    mmlu = _mmlu_evidence(text, find_options(text))
+    mmlu = _mmlu_evidence(find_options(text))
     decided = [e for e in (graph, mmlu) if e is not None and e.decision in ("graph", "mmlu")]
     if len(decided) == 2:
         return Evidence(None, "a graph question that ends in options to choose from", ("mmlu", "infobench"))

@@ -44,8 +44,13 @@ def has_instruction_marker(text: str) -> bool:
 
 
 def ends_with_generation_cue(text: str) -> bool:
-    """True when the text ends in the request rendering's ``Generation:`` cue."""
-    return _GENERATION_CUE.search(text.rstrip()) is not None
+    """True when the text ends in the request rendering's ``Generation:`` cue.
+
+    Compared at the end of the text rather than searched for: the router asks this of
+    every prompt, and a search for an end-anchored pattern still walks the whole text.
+    """
+    stripped = text.rstrip()
+    return stripped.endswith(":") and stripped[:-1].rstrip(" \t")[-10:].lower() == "generation"
 
 
 def parse_infobench(prompt: str) -> InfoBenchPrompt:

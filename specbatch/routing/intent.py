@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import re
 
-_DEMAND_VERB = re.compile(
-    r"\b(?:explain|justify|describe|discuss|compare|contrast|rank|sort|order\s+(?:the|these|them|all)|"
+_DEMAND_VERBS = (
+    r"explain|justify|describe|discuss|compare|contrast|rank|sort|order\s+(?:the|these|them|all)|"
     r"rewrite|re-?word|write(?!\s+(?:down|only|just|your\s+(?:final\s+)?answer|the\s+(?:letter|answer|paths?)))|"
     r"compose|draft|create|generate|design|make(?!\s+sure)|invent|translate|summari[sz]e|paraphrase|"
     r"evaluate|assess|analy[sz]e|critique|elaborate|argue|debate|draw|plot|sketch|visuali[sz]e|"
     r"illustrate|implement|prove|derive|outline|brainstorm|convert|simulate|check|verify|grade|review|"
     r"proofread|add|modify|change|edit|improve|turn|transform|reformulate|rephrase|restate|shorten|expand|"
     r"simplify|fix|remove|delete|"
-    r"tell\s+me\s+(?:why|how|about)|walk\s+me\s+through|teach)\b",
+    r"tell\s+me\s+(?:why|how|about)|walk\s+me\s+through|teach"
 )
+_DEMAND_VERB = re.compile(rf"\b(?:{_DEMAND_VERBS})\b")
 # What may stand right before a demand verb for it to be an imperative: the start of the
 # text, a line, a sentence or a clause, or a conjunction or politeness marker ("... and
 # explain", "For the question below, explain", "can you write"). "which best explains"
@@ -68,11 +69,35 @@ _CHOICE = re.compile(
     r"|the\s+answer\s+is\s+\(x\)|multiple[\s-]+choice\s+question)",
 )
 _OPINION = re.compile(
-    r"\b(?:should\s+i|would\s+you|do\s+you\s+(?:think|prefer|like|recommend)|your\s+(?:opinion|"
+    r"\b(?:should\s+i|would\s+you\s+(?:pick|choose|prefer|recommend|rather|buy|take|go\s+with|vote)|do\s+you\s+(?:think|prefer|like|recommend)|your\s+(?:opinion|"
     r"favou?rite|thoughts|preference)|what\s+do\s+you\s+think|which\s+do\s+you|do\s+you\s+agree|"
     r"help\s+me\s+(?:choose|decide|pick)|who\s+is\s+right|i\s+(?:think|believe|chose|picked|answered)|"
     r"(?:says|said|claims?)\s+(?:that\s+)?the\s+answer\s+is)\b",
 )
+# The opening of a sentence that speaks to the reader: an imperative or a request, perhaps
+# after a short lead ("For the question below, explain …", "Can you rephrase …", "Please
+# answer …"). "Review of systems …" names a finding, it asks nothing.
+_DIRECTIVE_OPENING = re.compile(
+    r"[\s\"'(*_#>-]*(?:(?:for|in|on|using|based\s+on)\b[^,.?!\n]{0,60},\s*)?"
+    r"(?:(?:please|kindly|now|also|then|first|finally|just)\s+)*"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|i\s+(?:need|want)\s+you\s+to\s+|"
+    r"i'?d\s+like\s+you\s+to\s+|help\s+me\s+)?"
+    rf"(?:don'?t|do\s+not|answer|respond|reply|give|tell|choose|select|pick|identify|find|provide|return|output|"
+    rf"{_DEMAND_VERBS})\b(?!\s+of\b)"
+)
+# Quoted speech inside a vignette ('She asks, "Why me?"') is part of the question.
+_QUOTED = re.compile(r"\"[^\"\n]*\"|“[^”\n]*”")
+_SENTENCE_GAP = re.compile(r"(?<=[.!?:])\s+|\n+")
+# A second, open question appended to the one that asks for a letter and running to the
+# end of the text: "…, and why?", "… — and why?", "…, and what is wrong with the other?".
+# "… when and why the pain occurs?" and "… with exertion and when lying down?" go on with
+# the same question.
+_APPENDED_QUESTION = re.compile(
+    r"(?:[,;]\s*|\s)(?:and|but)\s+(?:why|what|how|who|where|when)\b"
+    r"(?=\s*\??$|\s+(?:is|are|was|were|do|does|did|would|should|could|can|will|might)\b[^.!?\n]*\??$)"
+    r"|(?:—|–|\s-)\s*(?:and\s+)?(?:why|what|how)\b(?=\s*\??$)"
+)
+_APPENDED_QUESTION_REACH = 160
 _WHICH_QUESTION = re.compile(r"\bwhich\b[^?]*\?|\bwhat\s+is\s+the\s+(?:correct|right|best)\b[^?]*\?")
 
 
@@ -146,3 +171,36 @@ def open_question_after(after: str) -> str | None:
     if "?" not in after or choosing_question(after):
         return None
     return " ".join(after[: after.index("?") + 1].split()[-12:])
+
+
+def _speaks_to_reader(sentence: str, final: bool) -> bool:
+    """An imperative or a request, a wish for an opinion, or a question before the final one."""
+    return (
+        _DIRECTIVE_OPENING.match(sentence) is not None
+        or (not final and sentence.endswith("?"))
+        or _OPINION.search(sentence) is not None
+    )
+
+
+def instructions_in(stem: str) -> str:
+    """The sentences of a question's stem that speak to the reader, one per line.
+
+    A stem describes a patient, a study or a concept and then asks; its words ("a trial
+    designed to evaluate", "short of breath with exertion and when lying down", "which
+    best explains") are what the question is about, not what the prompt asks. A sentence
+    that speaks to the reader — "Explain your answer.", "For the question below, describe
+    …", "Can you rephrase this question?", "Which would you pick?" — is an instruction
+    around the question even when it stands among the stem's lines, so only those are
+    returned for the intent readers.
+    """
+    sentences = [s for s in _SENTENCE_GAP.split(_QUOTED.sub('""', stem.lower())) if s]
+    last = len(sentences) - 1
+    return "\n".join(s for i, s in enumerate(sentences) if _speaks_to_reader(s, i == last))
+
+
+def appended_question(text: str) -> str | None:
+    """A second, open question tacked onto the end of ``text`` ("…, and why?").
+
+    A letter answers the question it follows, not the one appended to it.
+    """
+    return _found(_APPENDED_QUESTION, text.rstrip()[-_APPENDED_QUESTION_REACH:])

@@ -46,12 +46,14 @@ def mentions_multiple_choice(text: str) -> bool:
     return _MULTIPLE_CHOICE.search(text) is not None
 
 
-def question_from_options(options: OptionList) -> MMLUQuestion:
-    """Split the text above a found option list into preamble and stem.
+def split_question(above: str) -> tuple[str, str]:
+    """(preamble, stem) of the text above an option list; the stem may be empty.
 
-    Raises :class:`MMLUParseError` when nothing but a preamble stands above the options.
+    The stem follows the last ``Question:`` marker; without one, paragraphs that only
+    announce a "multiple choice" question are the preamble and the rest is the stem.
+    The router reads what a prompt asks in the preamble, not in the stem, so the two
+    are told apart here, once, for the parser and the router alike.
     """
-    above = options.before
     markers = list(_QUESTION_MARKER.finditer(above))
     if markers:
         preamble, stem = above[: markers[-1].start()], above[markers[-1].end() :]
@@ -60,7 +62,15 @@ def question_from_options(options: OptionList) -> MMLUQuestion:
         preamble_paragraphs = [p for p in paragraphs[:-1] if mentions_multiple_choice(p)]
         preamble = "\n\n".join(preamble_paragraphs)
         stem = "\n\n".join(p for p in paragraphs if p not in preamble_paragraphs)
-    stem = "\n".join(line.strip() for line in stem.strip().split("\n"))
+    return preamble, "\n".join(line.strip() for line in stem.strip().split("\n"))
+
+
+def question_from_options(options: OptionList) -> MMLUQuestion:
+    """Split the text above a found option list into preamble and stem.
+
+    Raises :class:`MMLUParseError` when nothing but a preamble stands above the options.
+    """
+    preamble, stem = split_question(options.before)
     if not stem:
         raise MMLUParseError("the multiple-choice prompt has options but no question stem above them")
     subject_match = _SUBJECT.search(preamble)

@@ -9,6 +9,7 @@ from specbatch.routing import (
     build_fallback_prompt,
     classify,
     generate_workload,
+    intent,
     route_evidence,
 )
 
@@ -186,3 +187,36 @@ def test_fallback_prompt_names_the_tasks_and_keeps_head_and_tail_of_long_prompts
     long_prompt = "HEAD " + "x" * 5000 + " TAIL"
     cut = build_fallback_prompt(long_prompt, max_chars=200)
     assert "HEAD" in cut and "TAIL" in cut and len(cut) < 600
+
+
+@pytest.mark.parametrize(
+    ("stem", "instructions"),
+    [
+        ("A trial is designed to evaluate a new drug. Which feature best reduces confounding?", ""),
+        ("A man is short of breath with exertion and when lying down. What is the diagnosis?", ""),
+        ('She asks, "Why me?" Which response is most appropriate?', ""),
+        ("Review of systems is positive for cold intolerance. Which finding is most likely?", ""),
+        ("Explain your answer. Which vitamin is made in the skin?", "explain your answer."),
+        ("Can you rephrase this question? Which organ makes insulin?", "can you rephrase this question?"),
+        (
+            "For the question below, describe each option. Which nerve is injured?",
+            "for the question below, describe each option.",
+        ),
+    ],
+)
+def test_only_the_sentences_of_a_stem_that_speak_to_the_reader_are_instructions(stem: str, instructions: str):
+    assert intent.instructions_in(stem) == instructions
+
+
+@pytest.mark.parametrize(
+    ("text", "appended"),
+    [
+        ("Which feature best reduces confounding, and why?", True),
+        ("Which drug is first line — and why?", True),
+        ("Which is correct, and what is wrong with the others?", True),
+        ("A cardiologist asks when and why the pain occurs. Which best describes it?", False),
+        ("Which patient is short of breath with exertion and when lying down?", False),
+    ],
+)
+def test_a_second_open_question_appended_to_the_stem_is_found(text: str, appended: bool):
+    assert (intent.appended_question(text) is not None) == appended
