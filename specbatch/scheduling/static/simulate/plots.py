@@ -29,7 +29,7 @@ def plot_theorem42(rows: Sequence[Mapping], c_max: float, path: Path) -> Path:
     ax.set_title("Multi-bin batching: B = 128, U(1, 20), one saturated server", fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_figure6(curves: Mapping[str, Mapping[int, Sequence[tuple[float, float]]]], path: Path) -> Path:
@@ -46,7 +46,7 @@ def plot_figure6(curves: Mapping[str, Mapping[int, Sequence[tuple[float, float]]
     axes[0][0].set_ylabel("mean latency (time units)")
     axes[0][0].set_yscale("log")
     fig.suptitle("B = 8, 8 servers, Poisson arrivals swept to saturation")
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_batch_size_trace(
@@ -75,7 +75,7 @@ def plot_batch_size_trace(
     ax.set_title("Dynamic batch size after a load step")
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_policy_comparison(rows: Sequence[Mapping], path: Path) -> Path:
@@ -95,9 +95,5 @@ def plot_policy_comparison(rows: Sequence[Mapping], path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend()
     fig.suptitle("Same workload and seeds, 2 workers")
-    return _save(fig, path)
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     return save_figure(fig, path, dpi=120)
+
