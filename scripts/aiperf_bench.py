@@ -48,7 +48,7 @@ def local_pipeline(out: Path) -> Iterator[tuple[str, str, str]]:
     server = TritonProcess(
         ServerOptions(root=ROOT, config_name="cpu", ports=Ports.free(), host="127.0.0.1", exit_timeout_s=10)
     )
-    front = OpenAIFrontProcess(server.grpc_url, free_port(), "127.0.0.1")
+    front = OpenAIFrontProcess(server.options.triton_grpc_url, free_port(), "127.0.0.1")
     try:
         server.start(out / "tritonserver.log")
         server.wait_ready()

@@ -139,7 +139,7 @@ def start_pod(log: Path) -> Pipeline:
     server = TritonProcess(options)
     server.start(log)
     server.wait_ready()
-    front = OpenAIFrontProcess(server.grpc_url, free_port(), "127.0.0.1")
+    front = OpenAIFrontProcess(server.options.triton_grpc_url, free_port(), "127.0.0.1")
     front.start(log)
     front.wait_ready()
     stopping: list[int] = []

@@ -1,9 +1,12 @@
-"""`python -m specbatch.gateway`: Triton's HTTP and metrics endpoints behind a body limit.
+"""`python -m specbatch.gateway`: Triton's endpoints behind a body limit and a relay that
+answers what a dead scheduler held.
 
 One process, one or more listeners, each forwarding to its own upstream: typically the
 public HTTP port to Triton's loopback HTTP port and the public metrics port to Triton's
-loopback metrics port (see specbatch.gateway.app for why). SIGUSR1 says the scheduler
-died: every request waiting on it is answered 503 (see specbatch.serving.held).
+loopback metrics port (see specbatch.gateway.app for why), and the public gRPC port to
+Triton's loopback gRPC port (see specbatch.gateway.grpc_relay). SIGUSR1 says the
+scheduler died: every request waiting on it is answered, 503 over HTTP and a final error
+response on a gRPC stream (see specbatch.serving.held).
 
 With ``--supervise`` (a pod whose containers share one process namespace, where
 tritonserver runs without `specbatch serve`'s launcher) the gateway also watches
@@ -26,20 +29,28 @@ import urllib.parse
 from aiohttp import web
 
 from specbatch.gateway.app import DEFAULT_MAX_BODY, HELD, MAX_BODY_CEILING, build_app
+from specbatch.gateway.grpc_relay import start_grpc_relay
 from specbatch.server.admin import ADMIN_KEY_ENV, RepositoryClient
 from specbatch.server.stubs import ModelRestarts, processes_running, stubs_of, tritonserver_pids
 from specbatch.server.supervisor import StubSupervisor
+from specbatch.serving.held import HeldRequests
 
 logger = logging.getLogger("specbatch.gateway")
 MAX_BODY_ENV = "SPECBATCH_MAX_BODY_BYTES"
 
 
-def listener(text: str) -> tuple[int, str]:
-    """``PORT=UPSTREAM``, e.g. ``8000=127.0.0.1:8010``."""
+def route(text: str) -> tuple[int, str]:
+    """``PORT=HOST:PORT``, e.g. ``8001=127.0.0.1:8011``."""
     port, sep, upstream = text.partition("=")
     if not sep or not port.isdigit() or not upstream:
         raise argparse.ArgumentTypeError(f"expected PORT=HOST:PORT, got {text!r}")
-    return int(port), upstream if "://" in upstream else f"http://{upstream}"
+    return int(port), upstream
+
+
+def listener(text: str) -> tuple[int, str]:
+    """An HTTP ``PORT=UPSTREAM``, e.g. ``8000=127.0.0.1:8010``."""
+    port, upstream = route(text)
+    return port, upstream if "://" in upstream else f"http://{upstream}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="PORT=UPSTREAM",
         help="serve PORT, forwarding to UPSTREAM (host:port); repeatable",
+    )
+    parser.add_argument(
+        "--listen-grpc",
+        type=route,
+        action="append",
+        default=[],
+        metavar="PORT=UPSTREAM",
+        help="serve gRPC on PORT, relaying to Triton's gRPC at UPSTREAM (host:port); repeatable",
     )
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default loopback; 0.0.0.0 for every interface)"
@@ -91,6 +110,11 @@ async def run_gateway(args: argparse.Namespace) -> None:
         logger.info(
             "serving %s:%d -> %s (bodies up to %d bytes)", args.host, port, upstream, args.max_body_bytes
         )
+    held_on_streams = HeldRequests()
+    relays = []
+    for port, upstream in args.listen_grpc:
+        relays.append(await start_grpc_relay(args.host, port, upstream, held_on_streams))
+        logger.info("serving gRPC %s:%d -> %s", args.host, port, upstream)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -98,7 +122,8 @@ async def run_gateway(args: argparse.Namespace) -> None:
 
     def scheduler_lost() -> None:
         answered = sum(app[HELD].fail_all() for app in apps)
-        logger.warning("the scheduler died: %d request(s) waiting on it answered 503", answered)
+        logger.warning("the scheduler died: %d HTTP request(s) waiting on it answered 503", answered)
+        held_on_streams.fail_all()
 
     loop.add_signal_handler(signal.SIGUSR1, scheduler_lost)
     supervisor = None
@@ -130,8 +155,10 @@ async def run_gateway(args: argparse.Namespace) -> None:
     if supervisor is not None:
         supervisor.stop()
     logger.info("stopping: in-flight requests get up to %.0f s", args.shutdown_timeout)
-    for runner in runners:
-        await runner.cleanup()
+    await asyncio.gather(
+        *(runner.cleanup() for runner in runners),
+        *(relay.stop(args.shutdown_timeout) for relay in relays),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

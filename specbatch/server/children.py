@@ -117,20 +117,22 @@ class OpenAIFrontProcess(ChildProcess):
 class GatewayProcess(ChildProcess):
     """`python -m specbatch.gateway`: each public port forwarding to Triton's loopback one."""
 
-    what = "the HTTP gateway"
+    what = "the gateway"
     any_status_is_ready = True  # it answers 503 while Triton behind it is not up yet
 
     def __init__(
         self,
         host: str,
         routes: dict[int, int],
+        grpc_routes: dict[int, int],
         max_body_bytes: int | None = None,
         supervise_with_key: str | None = None,
     ) -> None:
-        """``routes``: {public port: Triton's loopback port}; the first is the HTTP one. With
-        ``supervise_with_key`` (the admin key) the gateway brings back dead Triton stubs
-        itself, as in a pod (`--supervise`)."""
+        """``routes`` and ``grpc_routes``: {public port: Triton's loopback port}, HTTP (the
+        first is the inference one) and gRPC. With ``supervise_with_key`` (the admin key)
+        the gateway brings back dead Triton stubs itself, as in a pod (`--supervise`)."""
         listeners = [f"--listen={public}=127.0.0.1:{inner}" for public, inner in routes.items()]
+        listeners += [f"--listen-grpc={public}=127.0.0.1:{inner}" for public, inner in grpc_routes.items()]
         args = [f"--host={host}", *listeners]
         if max_body_bytes is not None:
             args.append(f"--max-body-bytes={max_body_bytes}")

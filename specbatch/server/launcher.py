@@ -24,7 +24,9 @@ from specbatch.server.process import Ports, ServerOptions, TritonProcess, check_
 
 logger = logging.getLogger(__name__)
 
-CONFIG_VARIANTS = ("auto", "default", "gpu1", "cpu")
+CONFIG_VARIANTS = ("auto", "default", "gpu1", "cpu", "cpu_production_shapes")
+# where the cpu_production_shapes config finds its pair (random weights, production shapes)
+PRODUCTION_SHAPES_DIR = ".models/production_shapes"
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -62,6 +64,15 @@ def ensure_tiny_models(root: Path) -> None:
 
     logger.info("tiny Qwen3 pair in %s", root / ".models" / "tiny")
     build_tiny_pair(root / ".models" / "tiny")
+
+
+def ensure_production_shapes(root: Path) -> None:
+    """Build the production-shaped random pair the cpu_production_shapes config points at
+    (about 5 GB, a few minutes the first time; kept afterwards)."""
+    from specbatch.decoding.production_shapes import build_production_shapes
+
+    logger.info("production-shaped Qwen3 pair in %s", root / PRODUCTION_SHAPES_DIR)
+    build_production_shapes(root / PRODUCTION_SHAPES_DIR)
 
 
 def usage_banner(
@@ -131,14 +142,15 @@ def serve(
     config_name = choose_config(config)
     if config_name == "cpu":
         ensure_tiny_models(root)
+    elif config_name == "cpu_production_shapes":
+        ensure_production_shapes(root)
     ports = ports or Ports()
     if openai_port:
         check_ports_free(host, {"OpenAI": openai_port})
     process = TritonProcess(
         ServerOptions(root=root, config_name=config_name, ports=ports, host=host, log_verbose=log_verbose)
     )
-    grpc_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    front = OpenAIFrontProcess(f"{grpc_host}:{ports.grpc}", openai_port, host) if openai_port else None
+    front = OpenAIFrontProcess(process.options.triton_grpc_url, openai_port, host) if openai_port else None
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

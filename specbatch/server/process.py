@@ -6,10 +6,10 @@ start; the repository API, restricted to the admin key, can then reload one), th
 chosen config variant, loopback ports, instances brought back when their process dies,
 and a stop by process id that lets in-flight requests finish.
 
-Triton's own HTTP and metrics listeners are never the ones users reach: they bind
-loopback ports of their own, and the HTTP gateway (specbatch.gateway: a body limit,
-honest 503s) serves the public HTTP and metrics ports in front of them. gRPC is
-Triton's, on the public gRPC port.
+Triton's own listeners are never the ones users reach: they bind loopback ports of
+their own, and the gateway (specbatch.gateway: a body limit, honest 503s, and a gRPC
+relay that answers what a dead scheduler held) serves the public HTTP, gRPC and metrics
+ports in front of them.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ class ServerOptions:
 
     The public endpoints (`ports`) bind to loopback unless `host` says otherwise, and the
     administrative APIs always need `admin_key` (SPECBATCH_ADMIN_KEY, else random for
-    this server). Triton's HTTP and metrics listeners bind loopback `triton_http_port` /
-    `triton_metrics_port`, behind the gateway on the public ones.
+    this server). Triton's listeners bind loopback `triton_http_port`, `triton_grpc_port`
+    and `triton_metrics_port`, behind the gateway on the public ones.
     """
 
     root: Path
@@ -93,6 +93,7 @@ class ServerOptions:
     only_model: str | None = None
     admin_key: str = field(default_factory=admin_key, repr=False)
     triton_http_port: int = field(default_factory=free_port)
+    triton_grpc_port: int = field(default_factory=free_port)
     triton_metrics_port: int = field(default_factory=free_port)
     max_body_bytes: int | None = None
     gateway_supervises: bool = False  # as in a pod: the gateway, not the launcher, brings stubs back
@@ -111,10 +112,10 @@ class ServerOptions:
             "--model-control-mode=explicit",
             f"--load-model={self.only_model or '*'}",
             "--http-address=127.0.0.1",
-            f"--grpc-address={self.host}",
+            "--grpc-address=127.0.0.1",
             "--metrics-address=127.0.0.1",
             f"--http-port={self.triton_http_port}",
-            f"--grpc-port={self.ports.grpc}",
+            f"--grpc-port={self.triton_grpc_port}",
             f"--metrics-port={self.triton_metrics_port}",
             "--allow-metrics=true",
             "--metrics-config=histogram_latencies=true",
@@ -127,10 +128,21 @@ class ServerOptions:
         return args
 
     def gateway(self) -> GatewayProcess:
-        """The front on the public HTTP and metrics ports."""
+        """The front on the public HTTP, gRPC and metrics ports."""
         routes = {self.ports.http: self.triton_http_port, self.ports.metrics: self.triton_metrics_port}
         key = self.admin_key if self.gateway_supervises else None
-        return GatewayProcess(self.host, routes, self.max_body_bytes, supervise_with_key=key)
+        return GatewayProcess(
+            self.host,
+            routes,
+            {self.ports.grpc: self.triton_grpc_port},
+            self.max_body_bytes,
+            supervise_with_key=key,
+        )
+
+    @property
+    def triton_grpc_url(self) -> str:
+        """Triton's own gRPC listener, for a front of ours on this machine (no relay hop)."""
+        return f"127.0.0.1:{self.triton_grpc_port}"
 
 
 class ServerStartError(RuntimeError):
@@ -186,6 +198,7 @@ class TritonProcess:
     def _start_triton(self, log_path: Path | None) -> None:
         inner = {
             "Triton HTTP": self.options.triton_http_port,
+            "Triton gRPC": self.options.triton_grpc_port,
             "Triton metrics": self.options.triton_metrics_port,
         }
         check_ports_free("127.0.0.1", inner)

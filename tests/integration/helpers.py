@@ -131,6 +131,30 @@ class GrpcStream:
         self.client.close()
 
 
+def long_requests_on_a_stream(url: str, count: int, max_tokens: int = 400) -> GrpcStream:
+    """One gRPC stream carrying ``count`` long infobench requests."""
+    import numpy as np
+
+    stream = GrpcStream(url)
+    for index in range(count):
+        inputs = {
+            "text_input": np.array([INFOBENCH_PROMPT], dtype=object),
+            "max_tokens": np.array([max_tokens], dtype=np.int32),
+        }
+        stream.send(f"long-{index}", inputs)
+    return stream
+
+
+def final_answers(stream: GrpcStream, count: int, timeout_s: float = 120.0) -> list[str | None]:
+    """The error message (None when served) of the next ``count`` final responses on ``stream``."""
+    finals = []
+    while len(finals) < count:
+        _, _, final, error = stream.next(timeout_s)
+        if final:
+            finals.append(error)
+    return finals
+
+
 @contextlib.contextmanager
 def running_server(
     log: Path, env: dict[str, str], exit_timeout_s: int = 10, as_in_a_pod: bool = False

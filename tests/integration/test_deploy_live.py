@@ -88,7 +88,7 @@ def test_the_manifests_ports_are_the_servers_and_every_probe_answers(server, ope
     }
     pod = one("kubernetes", "Deployment")["spec"]["template"]["spec"]
     for container in pod["containers"]:
-        for port in container["ports"]:
+        for port in container.get("ports", []):
             assert port["containerPort"] == served[port["name"]][0], port
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             if probe in container:

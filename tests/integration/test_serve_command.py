@@ -26,6 +26,8 @@ from helpers import (
     GRAPH_PROMPT,
     INFOBENCH_PROMPT,
     descendants,
+    final_answers,
+    long_requests_on_a_stream,
     post_generate,
     running_rows,
     stub_pid,
@@ -180,6 +182,7 @@ def test_a_killed_helper_process_is_started_again(served, marker):
 def test_a_killed_router_or_scheduler_is_brought_back_and_what_it_held_is_answered(served, stub):
     """Requests waiting on the scheduler when it dies are answered (503, retry) within
     seconds, never left to the client's timeout; the step is back within a minute."""
+    stream = long_requests_on_a_stream(f"127.0.0.1:{served.grpc}", 2)
     with ThreadPoolExecutor(6) as pool:
         pending = [pool.submit(served.generate, 400) for _ in range(4)]
         pending += [pool.submit(served.long_completion) for _ in range(2)]
@@ -190,12 +193,16 @@ def test_a_killed_router_or_scheduler_is_brought_back_and_what_it_held_is_answer
         killed = time.monotonic()
         os.kill(stub_pid(served.triton(), stub), signal.SIGKILL)
         answers = [future.result(timeout=60) for future in pending]
+        streamed = final_answers(stream, 2, timeout_s=60)
         answered_s = time.monotonic() - killed
+    stream.close()
     assert answered_s < 20, answered_s
     for status, body in answers:
         assert status == 200 or (status == 503 and "retry" in body), (status, body)
+    assert all(error is None or "retry" in error for error in streamed), streamed
     if stub.startswith("scheduler"):
-        assert any(status == 503 for status, _ in answers), "rows were running on the scheduler's behalf"
+        failed = [status for status, _ in answers if status == 503] + [e for e in streamed if e]
+        assert failed, "rows were running on the scheduler's behalf"
     until_back(served, f"killing {stub}")
     status, body = served.generate(8)
     assert status == 200, body

@@ -66,7 +66,7 @@ def test_core_objects_match_the_kubernetes_schema(variant):
 
 def test_the_validator_rejects_a_broken_deployment():
     broken = one("kubernetes", "Deployment")
-    broken["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "eight thousand"
+    broken["spec"]["template"]["spec"]["containers"][1]["ports"][0]["containerPort"] = "eight thousand"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, kubernetes_validate.utils.latest_version(), strict=True)
 
@@ -88,7 +88,7 @@ def test_the_service_and_monitor_reach_the_pods_named_ports():
     labels = pod["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert service["spec"]["selector"].items() <= labels.items()
-    named = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    named = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
     assert named == {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
     assert {(p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
         (number, name) for name, number in named.items()
@@ -97,7 +97,7 @@ def test_the_service_and_monitor_reach_the_pods_named_ports():
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
     for container in pod["spec"]["containers"]:
-        ports = {p["name"] for p in container["ports"]}
+        ports = {p["name"] for p in container.get("ports", [])}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             check = container.get(probe, {}).get("httpGet") or container.get(probe, {}).get("tcpSocket")
             if check:
@@ -121,13 +121,15 @@ def test_the_openai_container_talks_to_the_servers_grpc_port():
 @pytest.mark.parametrize(
     ("variant", "triton_name"), [("kubernetes", "tritonserver"), ("kserve", "kserve-container")]
 )
-def test_triton_s_http_stays_on_loopback_behind_the_gateway(variant, triton_name):
-    """Triton 2.51 dies on large bodies: only the gateway's ports reach the network, each
-    forwarding to Triton's loopback listener, and Triton's own probes ask it there."""
+def test_triton_s_listeners_stay_on_loopback_behind_the_gateway(variant, triton_name):
+    """Triton 2.51 dies on large bodies and never answers what a dead scheduler held: only
+    the gateway's ports reach the network, each forwarding to Triton's loopback listener,
+    and Triton's own probes ask it there."""
     pod = by_name(variant)
     triton, gateway = pod[triton_name], pod["gateway"]
     args = triton["args"]
-    assert flag(args, "http-address") == flag(args, "metrics-address") == "127.0.0.1"
+    for listener in ("http", "grpc", "metrics"):
+        assert flag(args, f"{listener}-address") == "127.0.0.1", listener
     assert gateway["args"][:3] == ["python3", "-m", "specbatch.gateway"]
     options = gateway_parser().parse_args(gateway["args"][3:])
     upstreams = {upstream for _, upstream in options.listen}
@@ -135,10 +137,12 @@ def test_triton_s_http_stays_on_loopback_behind_the_gateway(variant, triton_name
         f"http://127.0.0.1:{flag(args, 'http-port')}",
         f"http://127.0.0.1:{flag(args, 'metrics-port')}",
     }
+    assert options.listen_grpc == [(8001, f"127.0.0.1:{flag(args, 'grpc-port')}")]
     declared = {p["containerPort"] for p in gateway["ports"]}
-    # Knative lets one port be declared per pod: KServe's metrics port is only annotated
-    assert {port for port, _ in options.listen} == declared | ({8002} if variant == "kserve" else set())
-    assert "ports" not in triton or all(p["name"] == "grpc" for p in triton["ports"])
+    # Knative lets one port be declared per pod: KServe's metrics and gRPC ports are not
+    served = {port for port, _ in options.listen + options.listen_grpc}
+    assert served == declared | ({8001, 8002} if variant == "kserve" else set())
+    assert "ports" not in triton
     for probe in ("startupProbe", "livenessProbe"):
         if probe in triton:
             assert f"127.0.0.1:{flag(args, 'http-port')}/v2/health/" in triton[probe]["exec"]["command"][-1]

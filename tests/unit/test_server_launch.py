@@ -32,11 +32,15 @@ def test_server_options_pass_both_repositories_and_the_variant():
     args = options.arguments()
     assert f"--model-repository={ROOT / 'model_repository'}" in args
     assert f"--model-repository={ROOT / 'ensemble'}" in args
-    assert "--model-config-name=cpu" in args and "--grpc-port=2" in args
+    assert "--model-config-name=cpu" in args
+    for listener in ("http", "grpc", "metrics"):  # Triton's own, on loopback behind the gateway
+        assert f"--{listener}-address=127.0.0.1" in args
     assert f"--http-port={options.triton_http_port}" in args
+    assert f"--grpc-port={options.triton_grpc_port}" in args
     assert f"--metrics-port={options.triton_metrics_port}" in args
     gateway = options.gateway().command()
     assert f"--listen=1=127.0.0.1:{options.triton_http_port}" in gateway
+    assert f"--listen-grpc=2=127.0.0.1:{options.triton_grpc_port}" in gateway
     assert f"--listen=3=127.0.0.1:{options.triton_metrics_port}" in gateway
     assert not any(a.startswith("--model-config-name") for a in ServerOptions(root=ROOT).arguments())
 
