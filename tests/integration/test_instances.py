@@ -200,6 +200,10 @@ def test_with_every_instance_killed_the_server_is_not_ready_until_they_are_back(
         if name in INSTANCES:
             os.kill(pid, signal.SIGKILL)
     until(lambda: not ready(small_server), "readiness to drop")
+    # Readiness drops when the supervisor starts bringing them back, which may come before
+    # the scheduler has read both deaths off their sockets: a prompt given to an instance
+    # whose death it has not read yet is re-run once and then failed, as it should be.
+    until(lambda: metric(small_server, "specbatch_instances_serving") == 0, "the scheduler to see both gone")
     # a request sent while nothing can serve waits in the queue and is served once they are back
     answer, error = generate(small_server, options=GenerationOptions(max_tokens=8))
     assert error is None and answer.error == "" and answer.model_instance in INSTANCES, (answer, error)
