@@ -31,7 +31,7 @@ import aiohttp
 from aiohttp import web
 
 from specbatch.serving.availability import is_unavailable
-from specbatch.serving.held import HeldRequests
+from specbatch.serving.held import SCHEDULER_MODELS, HeldRequests
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ MAX_BODY = web.AppKey("max_body", int)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 HELD = web.AppKey("held", HeldRequests)
 # Requests that pass through the scheduler: the ensemble and the scheduler model itself.
-THROUGH_SCHEDULER = ("/v2/models/specbatch/", "/v2/models/scheduler/")
+THROUGH_SCHEDULER = tuple(f"/v2/models/{model}/" for model in SCHEDULER_MODELS)
 
 
 def build_app(upstream: str, max_body: int = DEFAULT_MAX_BODY) -> web.Application:

@@ -31,13 +31,12 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from specbatch.serving.availability import is_unavailable
-from specbatch.serving.held import HeldRequests
+from specbatch.serving.held import SCHEDULER_MODELS, HeldRequests
+from specbatch.triton.stream_flags import is_final_response
 
 logger = logging.getLogger(__name__)
 
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
-# The models whose requests pass through the scheduler: the ensemble and the scheduler itself.
-THROUGH_SCHEDULER = frozenset({"specbatch", "scheduler"})
 # What Triton itself takes over gRPC without harm (measured: 64 MB); the scheduler refuses
 # a prompt over its own limit with a clear error, so the relay must let such a body reach it.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -46,8 +45,8 @@ CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
 UNREACHABLE = "the server is restarting or unreachable; retry later"
-_END = object()  # the upstream stream ended
-_WRITTEN = object()  # the client has sent its last request
+_UPSTREAM_ENDED = object()  # the upstream stream ended
+_CLIENT_DONE = object()  # the client has sent its last request
 
 
 def _forwarded(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str | bytes], ...]:
@@ -76,7 +75,7 @@ class _Unanswered:
     def received(self, response: service_pb2.ModelStreamInferResponse) -> bool:
         """Whether to pass ``response`` on: not when the relay already answered its request."""
         inner = response.infer_response
-        final = bool(response.error_message) or _is_final(inner)
+        final = bool(response.error_message) or is_final_response(inner)
         if self._answered_here[inner.id] > 0:
             if final:
                 self._answered_here[inner.id] -= 1
@@ -89,7 +88,7 @@ class _Unanswered:
     def fail_through_scheduler(self, message: str) -> list[bytes]:
         """One final error response for every unanswered request that the scheduler held."""
         failures = []
-        for key in [key for key, count in self._pending.items() if count and key[1] in THROUGH_SCHEDULER]:
+        for key in [key for key, count in self._pending.items() if count and key[1] in SCHEDULER_MODELS]:
             request_id, model = key
             count = self._pending.pop(key)
             failures += [_error_response(request_id, model, message)] * count
@@ -99,11 +98,6 @@ class _Unanswered:
     def only_failed_left(self) -> bool:
         """Nothing is owed but what the relay answered itself: Triton will not end the stream."""
         return not +self._pending and bool(+self._answered_here)
-
-
-def _is_final(response: service_pb2.ModelInferResponse) -> bool:
-    flag = response.parameters.get("triton_final_response")
-    return flag is None or flag.bool_param
 
 
 def _error_response(request_id: str, model: str, message: str) -> bytes:
@@ -163,17 +157,17 @@ class GrpcRelay(grpc.GenericRpcHandler):
         unanswered = _Unanswered()
         outgoing: asyncio.Queue[object] = asyncio.Queue()
         tasks = [
-            asyncio.ensure_future(_send(requests, call, unanswered, outgoing)),
-            asyncio.ensure_future(_receive(call, outgoing)),
+            asyncio.ensure_future(_relay_requests(requests, call, unanswered, outgoing)),
+            asyncio.ensure_future(_relay_responses(call, outgoing)),
             asyncio.ensure_future(self._fail_on_scheduler_loss(unanswered, outgoing)),
         ]
         written = False
         try:
-            while (item := await outgoing.get()) is not _END:
+            while (item := await outgoing.get()) is not _UPSTREAM_ENDED:
                 if isinstance(item, grpc.aio.AioRpcError):
                     code, details = _client_status(item)
                     await context.abort(code, details)
-                if item is _WRITTEN:
+                if item is _CLIENT_DONE:
                     written = True
                 elif isinstance(item, list):  # the relay's own final answers
                     for failure in item:
@@ -198,7 +192,7 @@ class GrpcRelay(grpc.GenericRpcHandler):
                 outgoing.put_nowait(failures)
 
 
-async def _send(
+async def _relay_requests(
     requests: AsyncIterator[bytes],
     call: grpc.aio.StreamStreamCall,
     unanswered: _Unanswered,
@@ -208,17 +202,17 @@ async def _send(
         unanswered.sent(service_pb2.ModelInferRequest.FromString(raw))
         await call.write(raw)
     await call.done_writing()
-    outgoing.put_nowait(_WRITTEN)
+    outgoing.put_nowait(_CLIENT_DONE)
 
 
-async def _receive(call: grpc.aio.StreamStreamCall, outgoing: asyncio.Queue) -> None:
+async def _relay_responses(call: grpc.aio.StreamStreamCall, outgoing: asyncio.Queue) -> None:
     try:
         async for raw in call:
             outgoing.put_nowait(raw)
     except grpc.aio.AioRpcError as error:
         outgoing.put_nowait(error)
         return
-    outgoing.put_nowait(_END)
+    outgoing.put_nowait(_UPSTREAM_ENDED)
 
 
 def _client_status(error: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from specbatch_client.api import MODEL
 
+from specbatch.triton.stream_flags import is_final_response
+
 GRPC_HOST_ENV = "SPECBATCH_GRPC_HOST"
 FAILED_FINISH_REASONS = ("error", "cancelled")
 
@@ -67,13 +69,6 @@ def _first_value(result, name: str, default: object) -> object:
         return default
     value = array.reshape(-1)[0]
     return value.decode(errors="replace") if isinstance(value, bytes) else value.item()
-
-
-def _is_final(result) -> bool:
-    parameters = result.get_response().parameters
-    if "triton_final_response" not in parameters:
-        return True
-    return parameters["triton_final_response"].bool_param
 
 
 class StreamingGenerateClient:
@@ -134,7 +129,7 @@ class StreamingGenerateClient:
                     raise StreamRequestError(error.message() if hasattr(error, "message") else str(error))
                 if result.get_response().id != request_id:
                     continue
-                if not _is_final(result):
+                if not is_final_response(result.get_response()):
                     if _first_value(result, "finish_reason", "") == "":
                         first_delta = arrived if first_delta is None else first_delta
                     else:

@@ -18,6 +18,8 @@ import contextlib
 from collections.abc import Iterator
 
 SCHEDULER_LOST = "the scheduler failed while this request was pending and has been restarted; retry"
+# The models whose requests wait on the scheduler: the ensemble and the scheduler itself.
+SCHEDULER_MODELS = ("specbatch", "scheduler")
 
 
 class HeldRequests:

@@ -55,10 +55,9 @@ def test_server_options_bind_loopback_and_restrict_the_admin_apis(monkeypatch):
     assert restriction_arguments(KEY) == [a for a in args if "restricted" in a]
     assert KEY not in repr(options)
     public = ServerOptions(root=ROOT, host="0.0.0.0", admin_key="z" * 20)
-    assert "--grpc-address=0.0.0.0" in public.arguments()
-    # Triton's HTTP and metrics stay on loopback: the gateway serves the public ports
-    assert "--http-address=127.0.0.1" in public.arguments()
-    assert "--metrics-address=127.0.0.1" in public.arguments()
+    # Triton's listeners stay on loopback: the gateway serves the public ports
+    for endpoint in ("http", "grpc", "metrics"):
+        assert f"--{endpoint}-address=127.0.0.1" in public.arguments()
     assert "--host=0.0.0.0" in public.gateway().command()
     public = public.arguments()
     assert f"--http-restricted-api={RESTRICTION}{'z' * 20}" in public
