@@ -71,3 +71,17 @@ def test_step_functions_compile_as_one_graph_each_and_match_eager() -> None:
     result = compiled.verify_step(*args)
     assert [t.tolist() for t in result] == [t.tolist() for t in eager]
     assert all(n <= k for n, k in zip(result[0].tolist(), lookahead.tolist(), strict=True))
+
+
+def test_a_bfloat16_model_hands_out_float32_distributions() -> None:
+    """The draft's q that verification divides by, and the target's p, are float32 even
+    when the model runs in bfloat16 (the GPU default): the step functions upcast the
+    logits before softmax, so acceptance never reads a bfloat16-rounded probability."""
+    net, feed, draws, seq_len = _inputs(torch.bfloat16)
+    first = Feed(feed.tokens[:, :1], feed.positions[:, :1], feed.write_slots[:, :1], feed.read_slots)
+    step_functions.prefill_chunk(net, first)
+    index = torch.zeros(4, 1, dtype=torch.long)
+    _, probs = step_functions.sample_step(net, first, index, draws, seq_len, 1, ALL)
+    assert net.weights.lm_head.dtype == torch.bfloat16
+    assert probs.dtype == torch.float32
+    torch.testing.assert_close(probs.sum(-1), torch.ones(4))

@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from specbatch.decoding.sampling import SamplingTensors, probabilities, sample
+from specbatch.decoding.sampling import SamplingFeatures, SamplingTensors, probabilities, sample
 from specbatch.decoding.speculative import verify
 from specbatch.decoding.thresholds import top_k_keep, top_p_keep
 
@@ -56,6 +56,31 @@ def test_greedy_rows_are_one_hot_at_the_argmax_beside_sampled_rows() -> None:
     probs = probabilities(logits, params)
     assert probs[0, 0].tolist() == torch.nn.functional.one_hot(logits[0, 0].argmax(), 20).float().tolist()
     torch.testing.assert_close(probs[1, 0], torch.softmax(logits[1, 0], -1))
+
+
+@pytest.mark.parametrize(
+    ("model_dtype", "expected"),
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
+def test_probabilities_are_float32_or_wider_whatever_the_model_dtype(
+    model_dtype: torch.dtype, expected: torch.dtype
+) -> None:
+    """Acceptance min(1, p/q), the residual and the draws read these distributions: a
+    bfloat16 softmax keeps 3 significant digits, enough to move p/q across a uniform.
+    float64 stays float64 so the token-for-token proofs stay exact."""
+    logits = (torch.randn(2, 3, 40, generator=torch.Generator().manual_seed(7)) * 3).to(model_dtype)
+    params = SamplingTensors.from_lists([0.0, 1.0], [1.0, 1.0], [0, 0], torch.device("cpu"))
+    for features in (None, SamplingFeatures(), SamplingFeatures(sampled=True)):
+        assert probabilities(logits, params, features).dtype == expected
+    probs = probabilities(logits, params)
+    # the softmax itself ran in the wider type: far closer than bfloat16's 2**-8 rounding
+    torch.testing.assert_close(probs[1], torch.softmax(logits[1].to(expected), -1), rtol=1e-6, atol=1e-7)
+    assert probs[0].argmax(-1).tolist() == logits[0].argmax(-1).tolist()
 
 
 def test_inverse_cdf_sampling_never_picks_a_zero_probability_token() -> None:
