@@ -4,7 +4,9 @@ What the pipeline cannot honour is refused with a 400 naming the parameter, neve
 silently ignored: several choices (`n` > 1), logprobs, echo, tools, token-id prompts,
 and the vLLM extensions `ignore_eos` and `min_tokens` (rows always stop at EOS).
 A chat request becomes its last user message (which the router classifies) plus the
-earlier turns, which the model instance renders with Qwen3's chat template.
+earlier turns, which the model instance renders with Qwen3's chat template. The body
+field `self_refine` (true or false; the openai client sends it in `extra_body`) is the
+ensemble's input of that name.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Call:
     include_usage: bool = False
     chat_history: str = ""
     enable_thinking: bool = False
+    self_refine: bool = False
 
 
 def parse_completion(body: Any) -> Call:
@@ -140,6 +143,9 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
     )
     if not isinstance(include_usage, bool):
         raise bad_request("stream_options.include_usage must be true or false", "stream_options")
+    self_refine = body.get("self_refine") or False
+    if not isinstance(self_refine, bool):
+        raise bad_request("self_refine must be true or false", "self_refine")
     return {
         "model": model,
         "max_tokens": _positive_integer(max_tokens, "max_tokens"),
@@ -148,6 +154,7 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "stop": _stop(body.get("stop")),
         "stream": stream,
         "include_usage": include_usage,
+        "self_refine": self_refine,
     }
 
 

@@ -140,6 +140,8 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
             arrays[name] = np.array([[value]], dtype=dtype)
     if call.stop:
         arrays["stop_words"] = _strings(call.stop)
+    if call.self_refine:
+        arrays["self_refine"] = np.array([[True]], dtype=np.bool_)
     if call.kind == "chat":
         arrays["chat"] = np.array([[True]], dtype=np.bool_)
         arrays["enable_thinking"] = np.array([[call.enable_thinking]], dtype=np.bool_)

@@ -68,6 +68,7 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
         ({"model": "m", "prompt": "x", "echo": True}, "echo"),
         ({"model": "m", "prompt": "x", "ignore_eos": True}, "ignore_eos"),
+        ({"model": "m", "prompt": "x", "self_refine": "yes"}, "self_refine"),
     ],
 )
 def test_bad_completions_name_the_parameter(body, param):
@@ -145,6 +146,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
             "top_p": 0.5,
             "stop": ["x"],
             "stream": True,
+            "self_refine": True,
         }
     )
     routed = {
@@ -152,6 +154,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
         "route_error": np.array([[b""]], dtype=np.object_),
     }
     arrays = scheduler_arrays(call, routed)
+    assert arrays["self_refine"].tolist() == [[True]]
     _, router_out = ensemble_step("router")
     scheduler_in, _ = ensemble_step("scheduler")
     # the router's outputs reach the scheduler input of the same name, as in the ensemble

@@ -33,6 +33,7 @@ COLUMNS = (
     "enable_thinking",
     "chat_history",
     "stop_words",
+    "self_refine",
 )
 
 

@@ -5,7 +5,9 @@ refused at once when the queue is full) and each of its prompts gets one record
 (`records.PromptRecord`), which the core keeps in one map by prompt id until it is
 settled: a graph is solved in a worker process, a prompt the router could not place
 first runs a short draft-model row whose answer picks its task, and mmlu and infobench
-prompts are enqueued in the admission policy. Whenever an instance reports its load —
+prompts are enqueued in the admission policy; a self-refined infobench prompt is queued
+again after its first answer (not streamed), as the prompt refining it, and is answered
+by that second row. Whenever an instance reports its load —
 on connecting, after every step, with every finished row — the policy admits queued
 prompts to it, and they start there as rows (a row's id is its prompt's id), sent on
 that instance's connection. Results come back on the same connection and are written
@@ -401,7 +403,7 @@ class SchedulerCore:
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             stop=sampling.stop,
-            stream=sampling.stream,
+            stream=sampling.stream and not record.refines_next,  # a first answer is not the answer
             seconds_left=seconds_left,
         )
 
@@ -412,6 +414,9 @@ class SchedulerCore:
             return
         if record.kind == GENERATE and not outcome.error:
             self._predictor.observe(record.prepared.source, record.task, outcome.num_output_tokens)
+        if record.refines_next and not ended_early:
+            self._next_stage(record, lambda: self._intake.refine(record, outcome))
+            return
         self._settle(record, outcome)
 
     def _route(self, record: PromptRecord, draft_answer: str) -> None:
@@ -420,10 +425,16 @@ class SchedulerCore:
         task = parse_task(draft_answer)
         if task not in route_evidence(source).candidates:
             task = DEFAULT_TASK
+        record.task = task  # named in the answer even if the prompt fails for it
+        self._next_stage(record, lambda: self._intake.prepare(record, source, task, record.prepared.chat))
+
+    def _next_stage(self, record: PromptRecord, prepare: Callable[[], None]) -> None:
+        """A two-stage prompt's first row is done: ``prepare`` readies the record for its next
+        stage, which starts like a new prompt (admitted by the policy, its attempts afresh);
+        a prompt that stage refuses (PromptError) is answered with why."""
         try:
-            self._intake.prepare(record, source, task, record.prepared.chat)
+            prepare()
         except PromptError as exc:
-            record.task = task
             self._settle(record, RowOutcome.failed(str(exc)))
             return
         if record.kind == SOLVE:

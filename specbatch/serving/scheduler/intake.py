@@ -3,7 +3,8 @@
 Every prompt leaves here prepared for its task (its model text rendered and counted
 against the context), or with an error of its own to answer it with. Problems with
 the request as a whole (no prompt, too many, columns of the wrong length) raise
-RequestError.
+RequestError. A prompt that asks for self-refinement is also checked, before it runs,
+to leave room in the context for its refining pass (see `refine`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from specbatch.serving.params import (
     sampling_params,
 )
 from specbatch.serving.scheduler.records import PromptRecord, ReplySink, RequestState, Settled
-from specbatch.serving.scheduler.tasks import prepare_prompt
+from specbatch.serving.scheduler.tasks import PreparedPrompt, prepare_prompt, refine_prompt
 from specbatch.serving.target_text import TargetText
 
 MAX_PROMPTS_PER_REQUEST = 64
@@ -48,6 +49,7 @@ class RoutedRequest:
     enable_thinking: Sequence[bool] | None = None
     chat_history: Sequence[bytes | str] | None = None
     stop_words: Sequence[bytes | str] | None = None
+    self_refine: Sequence[bool] | None = None
 
 
 Failures = list[tuple[PromptRecord, RowOutcome]]
@@ -93,6 +95,7 @@ class RequestIntake:
             name: broadcast(getattr(request, name), count, name)
             for name in ("chat", "enable_thinking", "chat_history")
         }
+        refine = broadcast(request.self_refine, count, "self_refine") or [False] * count
         stop = decode_stop_words(request.stop_words)
         tasks = broadcast(request.tasks, count, "task")
         now = self._clock()
@@ -107,6 +110,7 @@ class RequestIntake:
         failures: Failures = []
         for index in range(count):
             record = state.add_prompt(next(self._ids), tasks[index])
+            record.self_refine = bool(refine[index])
             try:
                 if route_errors[index]:
                     raise PromptError(route_errors[index])
@@ -128,6 +132,30 @@ class RequestIntake:
         """Ready ``record`` for ``task``: its stage, the exact text the model will see, and
         that text's tokens within the model's context (PromptError otherwise)."""
         prepared = prepare_prompt(text, task, chat)
+        self._place(record, prepared)
+        if record.refines_next:
+            # Refused now, not after a first pass spent for nothing: the refining prompt
+            # holds the question, then the first answer (up to max_tokens), then generates.
+            max_tokens = record.sampling.max_tokens
+            empty = refine_prompt(prepared, "")
+            base = self._target.count(self._target.model_text(empty.model_prompt, empty.chat))
+            if base + 2 * max_tokens > self._target.max_context:
+                raise PromptError(
+                    f"self_refine: the refining prompt is {base} tokens before the first answer; with "
+                    f"max_tokens={max_tokens} for each pass it needs {base + 2 * max_tokens}, over the "
+                    f"model context of {self._target.max_context} tokens"
+                )
+
+    def refine(self, record: PromptRecord, first: RowOutcome) -> None:
+        """Ready ``record``'s refining pass on its ``first`` answer, with the same sampling;
+        PromptError if that prompt outgrew the context (its answer re-tokenized longer)."""
+        record.first_pass = first
+        try:
+            self._place(record, refine_prompt(record.prepared, first.text))
+        except PromptError as exc:
+            raise PromptError(f"self_refine: the refining {exc}") from None
+
+    def _place(self, record: PromptRecord, prepared: PreparedPrompt) -> None:
         record.prepared, record.task = prepared, prepared.task
         if prepared.kind not in (GENERATE, SCORE):
             record.model_text, record.input_tokens = prepared.model_prompt, 0

@@ -6,7 +6,9 @@ and owns a `PromptRecord` per prompt: everything the scheduler knows of that pro
 from intake to its answer — what runs (the prepared prompt and its sampling), the
 prediction and bin it was queued with, where it runs (instance, connection), its
 attempts, timings, streamed text and outcome. A result is written straight into the
-record; the request sends its single final response when its last record settles.
+record; the request sends its single final response when its last record settles. A
+self-refined prompt keeps its first answer here while its refining pass runs, and is
+answered with the refined text and the counters of both passes.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any, Protocol
 
 from specbatch.scheduling.requests import QueuedRequest
 from specbatch.serving.latency import PromptTiming
-from specbatch.serving.messages import RowOutcome
+from specbatch.serving.messages import GENERATE, RowOutcome
 from specbatch.serving.params import SamplingParams
 from specbatch.serving.scheduler.tasks import PreparedPrompt
+from specbatch.triton.outputs import COUNTERS
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +66,17 @@ class PromptRecord:
     unsent: str = ""
     last_sent_s: float | None = None
     outcome: RowOutcome | None = None
+    self_refine: bool = False  # asked for: a generated answer gets a second, refining pass
+    first_pass: RowOutcome | None = None  # the answer being refined, once its refining pass began
 
     @property
     def settled(self) -> bool:
         return self.outcome is not None
+
+    @property
+    def refines_next(self) -> bool:
+        """The generation now due is a first pass: its answer is refined, not sent (nor streamed)."""
+        return self.self_refine and self.first_pass is None and self.kind == GENERATE
 
     @property
     def kind(self) -> str:
@@ -99,6 +109,8 @@ class PromptRecord:
         if self.outcome is not None:
             return False
         outcome = as_answered(outcome if self.prepared is None else self.prepared.answer(outcome), self.task)
+        if self.first_pass is not None:
+            outcome = both_passes(self.first_pass, outcome)
         if self.request.stream and outcome.text.startswith(self.streamed):
             self.stream_text(outcome.text[len(self.streamed) :], now_s)
         self.send_unsent(now_s)
@@ -126,6 +138,14 @@ def as_answered(outcome: RowOutcome, task: str) -> RowOutcome:
     elif reason == "cancelled" and not error:
         error = "request cancelled"
     return replace(outcome, task=task, finish_reason=reason, error=error)
+
+
+def both_passes(first: RowOutcome, refined: RowOutcome) -> RowOutcome:
+    """A self-refined prompt's answer: the refining pass's, counting the tokens of both
+    passes (what the prompt cost; the acceptance rate follows), and naming the instance of
+    the first when the second never ran."""
+    counters = {name: getattr(first, name) + getattr(refined, name) for name in COUNTERS}
+    return replace(refined, instance=refined.instance or first.instance, **counters)
 
 
 @dataclass(eq=False)

@@ -30,6 +30,12 @@ from specbatch.serving.params import PromptError
 
 SOLVE, ROUTE = "solve", "route"
 _TASK_WORD = re.compile(r"\b(" + "|".join(TASKS) + r")\b", re.IGNORECASE)
+# The seed system's self-refinement prompt (seeds/000, "Optional Self-Refinement"), verbatim.
+REFINE_TEMPLATE = (
+    "Provide a refined answer to the question below. "
+    "Output ONLY the final answer without showing your reasoning or thought process.\n\n"
+    "Original question:\n{prompt}\n\nPrevious answer:\n{draft_text}\n\nRefined answer:"
+)
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,14 @@ def prepare_prompt(text: str, task: str, chat: ChatFormat | None = None) -> Prep
     except ValueError as exc:
         raise PromptError(f"{task} prompt: {exc}") from None
     raise PromptError(f"no handler for task {task!r}")
+
+
+def refine_prompt(prepared: PreparedPrompt, first_answer: str) -> PreparedPrompt:
+    """The second pass of a self-refined generation: the client's own question and the first
+    answer, as the model text (the user turn with `chat`, the history and thinking mode
+    kept). The source stays the client's text, so the prompt is still predicted as itself."""
+    text = REFINE_TEMPLATE.format(prompt=prepared.source, draft_text=first_answer)
+    return replace(prepared, model_prompt=text)
 
 
 def parse_task(answer: str) -> str | None:
