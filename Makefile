@@ -9,7 +9,8 @@ PROFILE ?= loadtest/profiles/smoke.yaml
 AIPERF_VENV ?= .venv-aiperf
 AIPERF_STAMP := $(AIPERF_VENV)/.aiperf-installed
 
-.PHONY: setup models serve test fuzz lint bench loadtest soak chaos aiperf clean
+.PHONY: setup models serve test fuzz lint bench loadtest soak chaos aiperf clean \
+	production-shapes test-production-shapes bench-production-shapes
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,12 +25,21 @@ setup: $(STAMP)
 models: setup
 	$(BIN)/specbatch build-models
 
+# Random weights with the production pair's shapes (Qwen3-0.6B exact, Qwen3-8B with 4 of
+# its 36 layers), sharded bf16 safetensors, a tokenizer of Qwen3's size: about 5 GB.
+production-shapes: setup
+	$(BIN)/specbatch build-models --production-shapes
+
 serve: setup
 	$(BIN)/specbatch serve
 
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# Not part of `test`: loads the production-shaped pair (5 GB) and decodes it in bf16.
+test-production-shapes: production-shapes
+	SPECBATCH_PRODUCTION_SHAPES=1 $(BIN)/pytest -q tests/models/test_production_shapes.py
 
 # The property-based fuzz of the HTTP and gRPC inputs at length: fresh random examples each run.
 FUZZ_EXAMPLES ?= 2000
@@ -60,6 +70,9 @@ bench: setup
 	$(BIN)/python scripts/bench_routing.py --out results/bench_routing.json
 	$(BIN)/python -m specbatch.scheduling.simulate all --out results/scheduling
 	$(BIN)/python scripts/bench_policies.py --out results/bench_policies.json
+
+bench-production-shapes: production-shapes
+	$(BIN)/python scripts/bench_production_shapes.py --out results/bench_production_shapes.json
 
 $(AIPERF_STAMP):
 	$(PYTHON) -m venv $(AIPERF_VENV)

@@ -12,7 +12,8 @@ For each compile mode (CPU: ``none`` and ``default``; CUDA: ``none`` and
 
 ``--device cpu --quick``: the embedded tiny pair (``.models/tiny``, built if missing).
 ``--device cuda``: random-initialised Qwen3-8B and Qwen3-0.6B shapes in bf16 (configs
-below, nothing downloaded). Decode throughput is timed between the engine's step
+from :mod:`specbatch.decoding.production_shapes`, a tokenizer of Qwen3's size, nothing
+downloaded). Decode throughput is timed between the engine's step
 callbacks after the first step, so prefill and compilation are left out; every mode
 first runs the same workload once untimed to compile and capture.
 """
@@ -35,30 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specbatch.decoding import Engine, GenerationRequest, ModelPair, load_model_pair, pair_from_models  # noqa: E402
+from specbatch.decoding.production_shapes import QWEN3_0_6B, QWEN3_8B, qwen3_config  # noqa: E402
 from specbatch.decoding.tiny import build_tiny_pair  # noqa: E402
-from specbatch.decoding.tokenizer_build import build_tokenizer  # noqa: E402
+from specbatch.decoding.tokenizer_build import build_qwen3_sized_tokenizer  # noqa: E402
 from specbatch.figures import save_figure  # noqa: E402
 
-# Qwen3-8B and Qwen3-0.6B as published (config.json of Qwen/Qwen3-8B and Qwen/Qwen3-0.6B).
-QWEN3_8B = {
-    "hidden_size": 4096,
-    "intermediate_size": 12288,
-    "num_hidden_layers": 36,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "tie_word_embeddings": False,
-}
-QWEN3_0_6B = {
-    "hidden_size": 1024,
-    "intermediate_size": 3072,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "tie_word_embeddings": True,
-}
-QWEN3_VOCAB = 151936
 # Peak memory bandwidth (bytes/s) by device name, from the vendors' data sheets.
 GPU_BANDWIDTH = {"H100 80GB HBM3": 3.35e12, "H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}
 
@@ -76,22 +58,14 @@ class DecodeRun:
     repeats: int  # timed runs per point; the median is reported (a shared machine is noisy)
 
 
-def full_size_qwen3(shape: dict, device: torch.device, tokenizer: object) -> torch.nn.Module:
-    """A Qwen3ForCausalLM of a published ``shape`` and Qwen3's vocabulary, with random bf16
-    weights, built on the device: only the bytes a pass reads matter here, not the seeded,
-    calibrated weights of the tiny pairs (:func:`specbatch.decoding.tiny.random_qwen3`)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def full_size_qwen3(shape: dict, device: torch.device) -> torch.nn.Module:
+    """A Qwen3ForCausalLM of a published ``shape`` (its 151,936-row vocabulary included),
+    with random bf16 weights, built on the device: only the bytes a pass reads matter here,
+    not the seeded, scaled weights of the checkpoints `specbatch build-models` writes."""
+    from transformers import Qwen3ForCausalLM
 
-    config = Qwen3Config(
-        vocab_size=QWEN3_VOCAB,
-        max_position_embeddings=4096,
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        **shape,
-    )
     with torch.device(device):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+        model = Qwen3ForCausalLM(qwen3_config(shape)).to(torch.bfloat16)
     for param in model.parameters():
         param.data.normal_(0.0, 0.02)
     return model.eval()
@@ -106,10 +80,10 @@ def load_pairs(device: torch.device, scratch: Path) -> tuple[ModelPair, ModelPai
         return pair, same, "tiny pair (.models/tiny), float32"
     from transformers import AutoTokenizer
 
-    build_tokenizer(scratch, vocab_size=600)
+    build_qwen3_sized_tokenizer(scratch)
     tokenizer = AutoTokenizer.from_pretrained(scratch)
-    target = full_size_qwen3(QWEN3_8B, device, tokenizer)
-    draft = full_size_qwen3(QWEN3_0_6B, device, tokenizer)
+    target = full_size_qwen3(QWEN3_8B, device)
+    draft = full_size_qwen3(QWEN3_0_6B, device)
     pair = pair_from_models(target, draft, tokenizer)
     same = pair_from_models(target, target, tokenizer)
     return pair, same, "random-initialised Qwen3-8B / Qwen3-0.6B shapes, bf16"

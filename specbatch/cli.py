@@ -1,4 +1,5 @@
-"""The `specbatch` command: serve the pipeline, or build the embedded tiny models."""
+"""The `specbatch` command: serve the pipeline, or build the embedded tiny models (or the
+production-shaped random pair)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from specbatch.server.launcher import CONFIG_VARIANTS, project_root, serve
+from specbatch.server.launcher import CONFIG_VARIANTS, PRODUCTION_SHAPES_DIR, project_root, serve
 from specbatch.server.process import PortInUseError, Ports
 
 
@@ -20,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
         "--config",
         choices=CONFIG_VARIANTS,
         default="auto",
-        help="model-config variant: auto picks default (2 GPUs), gpu1 (1 GPU) or cpu",
+        help="model-config variant: auto picks default (2 GPUs), gpu1 (1 GPU) or cpu; "
+        "cpu_production_shapes serves the production-shaped random pair in bf16 on CPU",
     )
     serve_cmd.add_argument(
         "--host",
@@ -39,7 +41,16 @@ def main(argv: list[str] | None = None) -> int:
 
     build_cmd = commands.add_parser("build-models", help="build the deterministic tiny Qwen3 pair")
     build_cmd.add_argument(
-        "--out", type=Path, default=None, help="directory (default: <checkout>/.models/tiny)"
+        "--out",
+        type=Path,
+        default=None,
+        help="directory (default: <checkout>/.models/tiny, or .models/production_shapes)",
+    )
+    build_cmd.add_argument(
+        "--production-shapes",
+        action="store_true",
+        help="instead: random weights of Qwen3-0.6B's shapes and a 4-layer Qwen3-8B, sharded bf16 "
+        "safetensors with a tokenizer of Qwen3's size (about 5 GB; the cpu_production_shapes config)",
     )
 
     args = parser.parse_args(argv)
@@ -56,9 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         except PortInUseError as exc:
             print(f"specbatch serve: {exc}", file=sys.stderr)
             return 1
-    from specbatch.decoding import build_tiny_pair
+    if args.production_shapes:
+        from specbatch.decoding.production_shapes import build_production_shapes
 
-    target, draft = build_tiny_pair(args.out or project_root() / ".models" / "tiny")
+        target, draft = build_production_shapes(args.out or project_root() / PRODUCTION_SHAPES_DIR)
+    else:
+        from specbatch.decoding import build_tiny_pair
+
+        target, draft = build_tiny_pair(args.out or project_root() / ".models" / "tiny")
     print(f"target: {target}\ndraft:  {draft}")
     return 0
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError
+from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError, blocks_in_budget
 from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, LookaheadPolicy, make_lookahead
 from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.requests import (
@@ -110,7 +110,7 @@ class Engine:
         if kv_memory_budget_bytes is None:
             default_tokens = max_rows * min(pair.max_context, DEFAULT_ROWS_OF_CONTEXT)
             kv_memory_budget_bytes = default_tokens * pair.kv_bytes_per_token
-        num_blocks = kv_memory_budget_bytes // (block_size * pair.kv_bytes_per_token)
+        num_blocks = blocks_in_budget(kv_memory_budget_bytes, block_size, pair.kv_bytes_per_token)
         if num_blocks < 1:
             raise ValueError(
                 f"a KV budget of {kv_memory_budget_bytes} bytes holds no block of {block_size} tokens "

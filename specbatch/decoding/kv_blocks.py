@@ -72,6 +72,13 @@ class BlockPool:
         table.clear()
 
 
+def blocks_in_budget(budget_bytes: int, block_size: int, bytes_per_token: int) -> int:
+    """KV blocks of ``block_size`` tokens that ``budget_bytes`` holds at ``bytes_per_token``
+    (target + draft): the one sizing rule, used by the engine for its pool and by the
+    benchmarks for what a budget would give on hardware not at hand."""
+    return budget_bytes // (block_size * bytes_per_token)
+
+
 @dataclass
 class KVStore:
     """One model's keys and values for every slot of the pool (plus the scratch block)."""

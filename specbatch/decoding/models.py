@@ -129,6 +129,20 @@ def project_logits(
     return F.linear(_rms_norm(picked, weights.final_norm, geometry.eps), weights.lm_head)
 
 
+def head_dim_of(config: object) -> int:
+    """Width of one attention head: Qwen3 configs name it (128 in the published ones,
+    which is not hidden_size / heads for the 0.6B: 1024 / 16 = 64)."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def cache_bytes_per_token(config: object, dtype: torch.dtype) -> int:
+    """Bytes one cached token occupies in a model of ``config`` at ``dtype``: keys and
+    values of every layer. A function of the configuration alone, so a KV pool can be
+    sized for a model that is not loaded (the GPU estimate of the production shapes)."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim_of(config) * element
+
+
 class Qwen3Forward:
     """Batched Qwen3 forward over a position-indexed KV cache.
 
@@ -144,7 +158,7 @@ class Qwen3Forward:
         self.num_layers: int = config.num_hidden_layers
         self.num_heads: int = config.num_attention_heads
         self.num_kv_heads: int = config.num_key_value_heads
-        self.head_dim: int = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.head_dim: int = head_dim_of(config)
         self.eps: float = config.rms_norm_eps
         self.max_positions: int = config.max_position_embeddings
         body = hf_model.model
@@ -191,7 +205,7 @@ class Qwen3Forward:
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes one cached token occupies: keys and values of every layer."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.embed.element_size()
+        return cache_bytes_per_token(self.config, self.dtype)
 
     def new_store(self, num_slots: int) -> KVStore:
         """Keys and values for ``num_slots`` token slots of this model."""

@@ -40,7 +40,9 @@ class ModelPair:
     device: torch.device
     eos_token_ids: set[int]
     max_context: int
-    vocab_size: int  # the id range both models share; logits are cut to it
+    # the ids the tokenizer has and both models score; logits are cut to it, so the padding
+    # rows of an embedding (Qwen3: 151,936 rows, 151,669 ids) are never drawn or chosen
+    vocab_size: int
     hf_target: torch.nn.Module = field(repr=False)
     hf_draft: torch.nn.Module | None = field(repr=False, default=None)
 
@@ -88,8 +90,10 @@ def load_model_pair(
 ) -> ModelPair:
     """Load target (+ draft) from hub ids or local directories through ``from_pretrained``.
 
-    Refuses a pair whose tokenizers map text to different ids; when only the
-    lm_head sizes differ (padding rows), decoding uses the id range both share.
+    Refuses a pair whose tokenizers map text to different ids; when the lm_head sizes
+    differ or exceed the tokenizer (padding rows), decoding uses the ids all three share.
+    A checkpoint with tied embeddings (Qwen3-0.6B has no lm_head tensor) and sharded
+    safetensors (an index file beside the shards) load the same way.
     """
     torch_device = torch.device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -113,12 +117,12 @@ def pair_from_models(
     hf_target: torch.nn.Module, hf_draft: torch.nn.Module | None, tokenizer: object
 ) -> ModelPair:
     """Wrap already-loaded Hugging Face Qwen3 models (same device and dtype) as a pair."""
-    vocab_size = hf_target.lm_head.weight.shape[0]
+    scored = hf_target.lm_head.weight.shape[0]
     if hf_draft is not None:
-        vocab_size = min(vocab_size, hf_draft.lm_head.weight.shape[0])
-    if len(tokenizer) > vocab_size:
+        scored = min(scored, hf_draft.lm_head.weight.shape[0])
+    if len(tokenizer) > scored:
         raise IncompatiblePairError(
-            f"the tokenizer has {len(tokenizer)} ids but the models only score {vocab_size}"
+            f"the tokenizer has {len(tokenizer)} ids but the models only score {scored}"
         )
     target_forward = Qwen3Forward(hf_target)
     draft_forward = Qwen3Forward(hf_draft) if hf_draft is not None else None
@@ -138,7 +142,7 @@ def pair_from_models(
         device=target_forward.device,
         eos_token_ids=eos_ids,
         max_context=max_context,
-        vocab_size=vocab_size,
+        vocab_size=len(tokenizer),
         hf_target=hf_target,
         hf_draft=hf_draft,
     )

@@ -83,9 +83,11 @@ def _config(spec: PairSpec, vocab_size: int, layers: int, tokenizer: object) -> 
     )
 
 
-def _initialise(model: torch.nn.Module, generator: torch.Generator) -> None:
+def initialise_weights(model: torch.nn.Module, generator: torch.Generator) -> None:
     """Weights scaled so activations keep unit size and logits are peaked (std ≈ 4),
-    which makes greedy outputs depend on context the way a trained model's do."""
+    which makes greedy outputs depend on context the way a trained model's do. With
+    tied embeddings the lm_head is the unit-size embedding, so the final norm scales
+    the last hidden state down instead (logits keep std ≈ 4, finite in bfloat16)."""
     hidden = model.config.hidden_size
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):
@@ -96,6 +98,8 @@ def _initialise(model: torch.nn.Module, generator: torch.Generator) -> None:
             param.data.normal_(0.0, 4.0 / math.sqrt(hidden), generator=generator)
         else:
             param.data.normal_(0.0, 1.0 / math.sqrt(param.shape[1]), generator=generator)
+    if model.config.tie_word_embeddings:
+        model.model.norm.weight.data.fill_(4.0 / math.sqrt(hidden))
 
 
 def random_qwen3(
@@ -110,7 +114,7 @@ def random_qwen3(
     from transformers import Qwen3ForCausalLM
 
     model = Qwen3ForCausalLM(_config(spec, vocab_size, layers, tokenizer))
-    _initialise(model, torch.Generator().manual_seed(seed))
+    initialise_weights(model, torch.Generator().manual_seed(seed))
     return model.to(dtype).eval()
 
 

@@ -68,7 +68,7 @@ def ensure_tiny_models(root: Path) -> None:
 
 def ensure_production_shapes(root: Path) -> None:
     """Build the production-shaped random pair the cpu_production_shapes config points at
-    (about 5 GB, a few minutes the first time; kept afterwards)."""
+    (about 5 GB, about a minute the first time; kept afterwards)."""
     from specbatch.decoding.production_shapes import build_production_shapes
 
     logger.info("production-shaped Qwen3 pair in %s", root / PRODUCTION_SHAPES_DIR)

@@ -84,6 +84,16 @@ def make_pair(
     return pair
 
 
+def attract_to_padding(lm_head: torch.Tensor, vocab: int) -> None:
+    """Make the lm_head rows past ``vocab`` (embedding padding, never a token) the
+    likeliest by far, in place: row ``vocab + k`` is 100 × the unit vector of hidden
+    coordinate k, so some padded logit is about 100 × the largest normalised hidden
+    coordinate, far above any real logit. A padded id drawn or chosen anywhere shows."""
+    padding, hidden = lm_head.shape[0] - vocab, lm_head.shape[1]
+    rows = 100.0 * torch.eye(hidden, dtype=lm_head.dtype, device=lm_head.device)
+    lm_head.data[vocab:] = rows[torch.arange(padding) % hidden]
+
+
 def prompts(count: int, vocab: int, seed: int = 0, min_len: int = 1, max_len: int = 17) -> list[list[int]]:
     """Random token-id prompts of different lengths (mixed-length batches)."""
     generator = torch.Generator().manual_seed(seed)

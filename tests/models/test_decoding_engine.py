@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from pairs import SMALL_SPEC, letters_tokenizer, make_pair, prompts
+from pairs import SMALL_SPEC, attract_to_padding, letters_tokenizer, make_pair, prompts
 
 from specbatch.decoding import (
     Engine,
@@ -246,22 +246,25 @@ def test_pairs_with_different_vocabularies_are_refused(tmp_path, monkeypatch, to
         load_model_pair(str(tmp_path / "t"), str(tmp_path / "d"))
 
 
-def test_lm_head_size_differences_use_the_shared_id_range(tmp_path, monkeypatch, tokenizer) -> None:
+def test_lm_head_rows_past_the_tokenizer_are_never_drawn(tmp_path, monkeypatch, tokenizer) -> None:
+    """Embeddings padded past the tokenizer (Qwen3: 151,936 rows, 151,669 ids), with the
+    padding rows made the likeliest by far: no greedy or sampled token is ever one of them."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     vocab = len(tokenizer)
     for name, size, seed in (("t", vocab + 64, 1), ("d", vocab + 8, 2)):
         model = random_qwen3(SMALL_SPEC, size, 1, tokenizer, seed=seed)
+        attract_to_padding(model.lm_head.weight, vocab)
         model.save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
     pair = load_model_pair(str(tmp_path / "t"), str(tmp_path / "d"))
-    assert pair.vocab_size == vocab + 8
+    assert pair.vocab_size == vocab
     assert pair.target.dtype == torch.float32 and pair.device == torch.device("cpu")
     assert pair.eos_token_ids == {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
     assert pair.max_context == SMALL_SPEC.max_position_embeddings
-    result = Engine(pair, lookahead=2).generate(
-        [GenerationRequest("hello", max_new_tokens=6, temperature=1.0)]
-    )[0]
-    assert all(0 <= t < vocab + 8 for t in result.tokens)
+    results = Engine(pair, lookahead=2).generate(
+        [GenerationRequest("hello", max_new_tokens=6, temperature=t) for t in (0.0, 1.0)]
+    )
+    assert all(0 <= t < vocab for result in results for t in result.tokens)
     with pytest.raises(ValueError, match="dtype"):
         load_model_pair(str(tmp_path / "t"), dtype="int3")
 
