@@ -102,9 +102,7 @@ def _mmlu_evidence(options: OptionList | None) -> Evidence | None:
         return Evidence("infobench", "a lettered list with nothing above it")
     outside = "\n".join((preamble, intent.instructions_in(stem), options.after))
     demand = (
-        intent.extra_demand(outside)
-        or intent.asks_to_write_questions(outside)
-        or intent.opinion_request(outside)
+        intent.asks_for_more(outside)
         or intent.open_question_after(options.after)
         or intent.appended_question(stem)
         # An inline last option runs to the end of its line and may carry the appended question.

@@ -14,6 +14,7 @@ in ``re`` is several times slower, and these run on every prompt.
 
 from __future__ import annotations
 
+import functools
 import re
 
 _DEMAND_VERBS = (
@@ -141,6 +142,18 @@ def extra_demand(text: str) -> str | None:
         if _CLAUSE_LEAD.search(lower, max(0, verb.start() - _LEAD_WINDOW), verb.start()):
             return verb.group(0)
     return _found(_DEMAND_PHRASE, lower)
+
+
+@functools.lru_cache(maxsize=1024)
+def asks_for_more(text: str) -> str | None:
+    """More than a choice asked for in ``text``, the words around a question: a demand
+    ("explain", "show your work"), a request to write questions, or a wish for an opinion.
+
+    Remembered per text: what stands around a question repeats from prompt to prompt (the
+    request rendering's preamble is one sentence per subject), and it is the costliest
+    thing the router reads in a multiple-choice prompt.
+    """
+    return extra_demand(text) or asks_to_write_questions(text) or opinion_request(text)
 
 
 def asks_to_write_questions(text: str) -> str | None:
