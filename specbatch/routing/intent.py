@@ -186,12 +186,13 @@ def open_question_after(after: str) -> str | None:
     return " ".join(after[: after.index("?") + 1].split()[-12:])
 
 
-def _speaks_to_reader(sentence: str, final: bool) -> bool:
-    """An imperative or a request, a wish for an opinion, or a question before the final one."""
+def _speaks_to_reader(sentence: str, final: bool, opinions: bool) -> bool:
+    """An imperative or a request, a wish for an opinion (looked for only when the stem
+    holds one: ``opinions``), or a question before the final one."""
     return (
         _DIRECTIVE_OPENING.match(sentence) is not None
         or (not final and sentence.endswith("?"))
-        or _OPINION.search(sentence) is not None
+        or (opinions and _OPINION.search(sentence) is not None)
     )
 
 
@@ -206,9 +207,11 @@ def instructions_in(stem: str) -> str:
     around the question even when it stands among the stem's lines, so only those are
     returned for the intent readers.
     """
-    sentences = [s for s in _SENTENCE_GAP.split(_QUOTED.sub('""', stem.lower())) if s]
+    prose = _QUOTED.sub('""', stem.lower())
+    opinions = _OPINION.search(prose) is not None
+    sentences = [s for s in _SENTENCE_GAP.split(prose) if s]
     last = len(sentences) - 1
-    return "\n".join(s for i, s in enumerate(sentences) if _speaks_to_reader(s, i == last))
+    return "\n".join(s for i, s in enumerate(sentences) if _speaks_to_reader(s, i == last, opinions))
 
 
 def appended_question(text: str) -> str | None:

@@ -22,10 +22,11 @@ LETTERS = "ABCDEFGHIJ"
 _TAIL_LINES = 2 * MAX_OPTIONS + 6
 _MAX_DIRECTIVES = 2
 
+# Case-blind only where it matters: the letter classes hold both cases already, and a
+# pattern-wide IGNORECASE costs every line of every prompt.
 _OPTION_LINE = re.compile(
-    r"^[ \t]*(?:[-*•+][ \t]+)?(?:\*\*|__)?(?:(?:option|choice)[ \t]+)?"
-    r"(?:\(([A-Ja-j])\)|\[([A-Ja-j])\]|([A-Ja-j])[.):])(?:\*\*|__)?[ \t]*(\S.*?)[ \t]*$",
-    re.IGNORECASE,
+    r"^[ \t]*(?:[-*•+][ \t]+)?(?:\*\*|__)?(?:(?i:option|choice)[ \t]+)?"
+    r"(?:\(([A-Ja-j])\)|\[([A-Ja-j])\]|([A-Ja-j])[.):])(?:\*\*|__)?[ \t]*(\S.*?)[ \t]*$"
 )
 _OPTIONS_HEADER = re.compile(
     r"^\s*(?:\*\*|#+\s*)?(?:options|choices|answer\s+(?:choices|options)|possible\s+answers|answers|alternatives)"
@@ -85,8 +86,8 @@ def option_letter(line: str) -> tuple[str, str] | None:
     match = _OPTION_LINE.match(line)
     if match is None:
         return None
-    letter = next(group for group in match.groups()[:3] if group)
-    return letter.upper(), match.group(4)
+    parenthesised, bracketed, bare, text = match.groups()
+    return (parenthesised or bracketed or bare).upper(), text
 
 
 def _skip_blank(lines: Sequence[str], end: int) -> int:
