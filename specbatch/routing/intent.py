@@ -144,16 +144,27 @@ def extra_demand(text: str) -> str | None:
     return _found(_DEMAND_PHRASE, lower)
 
 
-@functools.lru_cache(maxsize=1024)
+# Texts up to this long are remembered (1024 of them at most, so the cache stays under a
+# few MB whatever clients send); longer ones are read each time.
+_REMEMBERED_CHARS = 2048
+
+
 def asks_for_more(text: str) -> str | None:
     """More than a choice asked for in ``text``, the words around a question: a demand
     ("explain", "show your work"), a request to write questions, or a wish for an opinion.
 
-    Remembered per text: what stands around a question repeats from prompt to prompt (the
-    request rendering's preamble is one sentence per subject), and it is the costliest
-    thing the router reads in a multiple-choice prompt.
+    Remembered per text when short: what stands around a question repeats from prompt to
+    prompt (the request rendering's preamble is one sentence per subject), and it is the
+    costliest thing the router reads in a multiple-choice prompt.
     """
+    return _remembered_demand(text) if len(text) <= _REMEMBERED_CHARS else _demand(text)
+
+
+def _demand(text: str) -> str | None:
     return extra_demand(text) or asks_to_write_questions(text) or opinion_request(text)
+
+
+_remembered_demand = functools.lru_cache(maxsize=1024)(_demand)
 
 
 def asks_to_write_questions(text: str) -> str | None:
