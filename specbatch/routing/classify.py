@@ -57,9 +57,18 @@ class Evidence:
     candidates: tuple[str, ...] = TASKS
 
 
-def _graph_evidence(text: str, lower: str) -> Evidence | None:
-    """Graph evidence, or ``None`` when the prompt neither asks for paths nor holds a readable graph."""
+def _graph_evidence(text: str, lower: str, only_a_path_request: bool = False) -> Evidence | None:
+    """Graph evidence, or ``None`` when the prompt neither asks for paths nor holds a readable graph.
+
+    ``only_a_path_request``: only ``graph`` evidence would matter (the prompt is already a
+    multiple-choice question, and only a graph task too would change its route), and that
+    needs a request for shortest paths; without one the graph is not read. Clinical and
+    scientific stems name pathways, lymph nodes and vertebrae, and reading them for an edge
+    list cost more than the rest of their routing.
+    """
     if not any(word in lower for word in _GRAPH_WORDS):
+        return None
+    if only_a_path_request and path_request(text) is None:
         return None
     try:
         problem, question = read_graph(text)
@@ -128,8 +137,9 @@ def route_evidence(prompt: str) -> Evidence:
     text = collapse_spaces(normalize_newlines(prompt))
     if ends_with_generation_cue(text) and has_instruction_marker(text):
         return Evidence("infobench", "Instruction: … Generation: frame")
-    graph = _graph_evidence(text, text.lower())
     mmlu = _mmlu_evidence(find_options(text))
+    settled_as_mmlu = mmlu is not None and mmlu.decision == "mmlu"
+    graph = _graph_evidence(text, text.lower(), only_a_path_request=settled_as_mmlu)
     decided = [e for e in (graph, mmlu) if e is not None and e.decision in ("graph", "mmlu")]
     if len(decided) == 2:
         return Evidence(None, "a graph question that ends in options to choose from", ("mmlu", "infobench"))

@@ -38,6 +38,10 @@ _VALUE_RANGE = re.compile(
     r"\b(?:weights?|costs?|values?|lengths?)\s+(?:\w+\s+){0,2}?(?:from|between)\s+\d+\s+(?:to|and)\s+\d+",
 )
 _FROM_TO = re.compile(rf"\bfrom\s+{_N}\s+to\s+{_N}\b")
+# "0 ⇒ 4" standing alone in the question names the query. The edge arrows ("->", "→",
+# "=>") are read as edges, where one without a weight leaves the graph unread; a chain
+# such as "0 ⇒ 2 ⇒ 4" names a path, not a query, and is left to the other readers.
+_ARROW_QUERY = re.compile(r"(?<![⇒⟹])(?<![⇒⟹]\s)\b(\d+)\s*[⇒⟹]\s*(\d+)\b(?!\s*[⇒⟹])")
 _BETWEEN = re.compile(rf"\bbetween\s+(?:nodes?|vertices|vertex)?\s*(\d+)\s+and\s+{_N}\b")
 _START = re.compile(
     r"\b(?:source|start|origin|starting|start\s+point|begin(?:ning)?)(?:\s+(?:node|vertex|point))?"
@@ -144,6 +148,7 @@ def _blank(text: str, pattern: re.Pattern[str]) -> str:
 def _query(question: str, directed: bool) -> tuple[int, int]:
     """The one (source, target) pair the question names, in any of its phrasings."""
     pairs = {(int(m.group(1)), int(m.group(2))) for m in _FROM_TO.finditer(question)}
+    pairs |= {(int(m.group(1)), int(m.group(2))) for m in _ARROW_QUERY.finditer(question)}
     starts = {int(m.group(1) or m.group(2)) for m in _START.finditer(question)}
     ends = {int(m.group(1) or m.group(2)) for m in _END.finditer(question)}
     if len(starts) == 1 and len(ends) == 1:

@@ -75,6 +75,9 @@ _OPINION = re.compile(
     r"help\s+me\s+(?:choose|decide|pick)|who\s+is\s+right|i\s+(?:think|believe|chose|picked|answered)|"
     r"(?:says|said|claims?)\s+(?:that\s+)?the\s+answer\s+is)\b",
 )
+# Every branch of the pattern above holds one of these words; a stem without any (most of
+# them) is ruled out by substring checks instead of the pattern's search.
+_OPINION_WORDS = ("you", "should", "help", "right", "think", "believe", "chose", "picked", "answer")
 # The opening of a sentence that speaks to the reader: an imperative or a request, perhaps
 # after a short lead ("For the question below, explain …", "Can you rephrase …", "Please
 # answer …"). "Review of systems …" names a finding, it asks nothing.
@@ -88,7 +91,10 @@ _DIRECTIVE_OPENING = re.compile(
 )
 # Quoted speech inside a vignette ('She asks, "Why me?"') is part of the question.
 _QUOTED = re.compile(r"\"[^\"\n]*\"|“[^”\n]*”")
-_SENTENCE_GAP = re.compile(r"(?<=[.!?:])\s+|\n+")
+# Blanks after a sentence's end, or line breaks. The pattern opens on the blank and looks
+# back at the stop: so written, ``re`` skips to the next blank instead of trying the
+# look-behind at every character.
+_SENTENCE_GAP = re.compile(r"\s(?<=[.!?:]\s)\s*|\n+")
 # A second, open question appended to the one that asks for a letter and running to the
 # end of the text: "…, and why?", "… — and why?", "…, and what is wrong with the other?".
 # "… when and why the pain occurs?" and "… with exertion and when lying down?" go on with
@@ -99,6 +105,10 @@ _APPENDED_QUESTION = re.compile(
     r"|(?:—|–|\s-)\s*(?:and\s+)?(?:why|what|how)\b(?=\s*\??$)"
 )
 _APPENDED_QUESTION_REACH = 160
+# What each branch of the pattern above must contain (in text with collapsed blanks, as the
+# router passes it): most stems hold none of these near their end, and substring checks
+# rule them out for a fraction of the pattern's search.
+_APPENDED_QUESTION_JOINTS = ("and", "but", "—", "–", " -", "\n-")
 _WHICH_QUESTION = re.compile(r"\bwhich\b[^?]*\?|\bwhat\s+is\s+the\s+(?:correct|right|best)\b[^?]*\?")
 
 
@@ -218,8 +228,10 @@ def instructions_in(stem: str) -> str:
     around the question even when it stands among the stem's lines, so only those are
     returned for the intent readers.
     """
-    prose = _QUOTED.sub('""', stem.lower())
-    opinions = _OPINION.search(prose) is not None
+    prose = stem.lower()
+    if '"' in prose or "“" in prose:
+        prose = _QUOTED.sub('""', prose)
+    opinions = any(word in prose for word in _OPINION_WORDS) and _OPINION.search(prose) is not None
     sentences = [s for s in _SENTENCE_GAP.split(prose) if s]
     last = len(sentences) - 1
     return "\n".join(s for i, s in enumerate(sentences) if _speaks_to_reader(s, i == last, opinions))
@@ -230,4 +242,7 @@ def appended_question(text: str) -> str | None:
 
     A letter answers the question it follows, not the one appended to it.
     """
-    return _found(_APPENDED_QUESTION, text.rstrip()[-_APPENDED_QUESTION_REACH:])
+    tail = text.rstrip()[-_APPENDED_QUESTION_REACH:].lower()
+    if not any(joint in tail for joint in _APPENDED_QUESTION_JOINTS):
+        return None
+    return _found(_APPENDED_QUESTION, tail)

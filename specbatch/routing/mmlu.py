@@ -17,10 +17,10 @@ from .errors import MMLUParseError
 from .options import LETTERS, OptionList, find_options
 from .text import collapse_spaces, normalize_newlines
 
-_QUESTION_MARKER = re.compile(
-    r"^[ \t]*(?:question|q)(?:[ \t]*\d+)?[ \t]*:[ \t]*", re.IGNORECASE | re.MULTILINE
-)
-_MULTIPLE_CHOICE = re.compile(r"multiple[\s-]+choice", re.IGNORECASE)
+# Case-blind only after the first letter: a pattern-wide IGNORECASE makes ``re`` try every
+# character of the text, while a first letter of one class lets it skip to the candidates.
+_QUESTION_MARKER = re.compile(r"^[ \t]*[Qq](?i:uestion)?(?:[ \t]*\d+)?[ \t]*:[ \t]*", re.MULTILINE)
+_MULTIPLE_CHOICE = re.compile(r"[Mm](?i:ultiple)[\s-]+[Cc](?i:hoice)")
 _SUBJECT = re.compile(
     r"multiple[\s-]+choice\s+questions?\b[^\n]*?\babout\s+([^\n]+?)\s*\.(?:\s|$)", re.IGNORECASE
 )

@@ -26,7 +26,7 @@ _MAX_DIRECTIVES = 2
 # pattern-wide IGNORECASE costs every line of every prompt.
 _OPTION_LINE = re.compile(
     r"^[ \t]*(?:[-*•+][ \t]+)?(?:\*\*|__)?(?:(?i:option|choice)[ \t]+)?"
-    r"(?:\(([A-Ja-j])\)|\[([A-Ja-j])\]|([A-Ja-j])[.):])(?:\*\*|__)?[ \t]*(\S.*?)[ \t]*$"
+    r"(?:\(([A-Ja-j])\)|\[([A-Ja-j])\]|([A-Ja-j])[.):])(?:\*\*|__)?[ \t]*(\S.*)"
 )
 _OPTIONS_HEADER = re.compile(
     r"^\s*(?:\*\*|#+\s*)?(?:options|choices|answer\s+(?:choices|options)|possible\s+answers|answers|alternatives)"
@@ -87,7 +87,9 @@ def option_letter(line: str) -> tuple[str, str] | None:
     if match is None:
         return None
     parenthesised, bracketed, bare, text = match.groups()
-    return (parenthesised or bracketed or bare).upper(), text
+    # Trailing blanks are stripped here, not by a lazy ``.*?`` in the pattern: a lazy
+    # group tries the end of the line at every character and costs four times as much.
+    return (parenthesised or bracketed or bare).upper(), text.rstrip(" \t")
 
 
 def _skip_blank(lines: Sequence[str], end: int) -> int:

@@ -220,3 +220,47 @@ def test_only_the_sentences_of_a_stem_that_speak_to_the_reader_are_instructions(
 )
 def test_a_second_open_question_appended_to_the_stem_is_found(text: str, appended: bool):
     assert (intent.appended_question(text) is not None) == appended
+
+
+def test_a_graph_that_ends_in_options_to_choose_from_is_ambiguous():
+    prompt = (
+        GRAPH.split("Return your answer")[0]
+        + "Which of the following lists the 2 shortest paths?\n\n"
+        "Options:\nA. 0-1-3 and 0-2-3\nB. 0-2-3 only\nAnswer:"
+    )
+    evidence = route_evidence(prompt)
+    assert evidence.decision is None
+    assert evidence.candidates == ("mmlu", "infobench")
+
+
+@pytest.mark.parametrize(
+    "stem",
+    [
+        "A biopsy of an enlarged cervical lymph node shows Reed-Sternberg cells. Which pathway is activated?",
+        "A 30-year-old man has a fracture of the second cervical vertebra. Which artery is at risk en route?",
+        "Which enzyme converts angiotensin I in the renin-angiotensin pathway of this patient with a "
+        "sympathetic surge?",
+    ],
+)
+def test_clinical_stems_naming_paths_nodes_and_vertebrae_are_mmlu(stem: str):
+    options = "A. The first\nB. The second\nC. The third\nD. The fourth"
+    assert classify(f"Question: {stem}\n Options:\n{options}\nAnswer:") == "mmlu"
+    assert classify(f"{stem}\n\nChoices:\n{options}") == "mmlu"
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Should I pick the second one?",
+        "Which would you choose?",
+        "Do you think the first is right?",
+        "What is your opinion?",
+        "Help me decide between them.",
+        "My friend and I disagree; who is right?",
+        "I think it is the first one.",
+        "My teacher says the answer is C.",
+    ],
+)
+def test_a_wish_for_an_opinion_inside_the_stem_is_not_a_letter_question(sentence: str):
+    prompt = f"Question: Which gas do plants absorb? {sentence}\nA. Oxygen\nB. Carbon dioxide\nC. Nitrogen"
+    assert classify(prompt) == "infobench"

@@ -213,3 +213,18 @@ def test_graphs_over_the_limits_are_refused_with_the_limit_named(prompt: str, me
 
 def test_an_oversized_graph_with_another_ask_is_not_routed_to_graph():
     assert classify(dense_prompt(102, 1, "\nExplain each step of the search.")) == "infobench"
+
+
+EDGES_C = "0 -> 1, weight: 3\n0 -> 2, weight: 3\n1 -> 3, weight: 2\n2 -> 3, weight: 2\n3 -> 4, weight: 1"
+
+
+@pytest.mark.parametrize("arrow", ["⇒", "⟹"])
+def test_a_query_written_as_a_double_arrow_names_source_and_target(arrow: str):
+    problem = parse_graph(f"Shortest paths, top 2, 0 {arrow} 4.\n{EDGES_C}")
+    assert (problem.source, problem.target, problem.num_paths) == (0, 4, 2)
+
+
+def test_a_chain_of_double_arrows_in_the_question_is_a_path_not_a_query():
+    with pytest.raises(GraphError, match="names no query"):
+        parse_graph(f"Shortest paths, top 2, 0 ⇒ 2 ⇒ 4.\n{EDGES_C}")
+    assert classify(f"Is 0 ⇒ 2 ⇒ 4 among the 2 shortest paths?\n{EDGES_C}") == "infobench"
