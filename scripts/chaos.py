@@ -2,9 +2,10 @@
 clients saw.
 
 For each launcher — `specbatch serve` (its supervisor brings stubs back, it restarts a
-dead gateway or OpenAI front) and plain tritonserver as deploy/ runs it (the gateway
-with `--supervise` brings stubs back; a gateway or front container that exits is
-started again, as the kubelet does) — on loopback, with the tiny pair:
+dead gateway or OpenAI front) and plain tritonserver as each pod of deploy/ runs it (in
+the Kubernetes pod the gateway with `--supervise` brings stubs back, in the KServe pod
+`specbatch watch` in tritonserver's container; a container that exits is started again,
+as the kubelet does) — on loopback, with the tiny pair:
 
 1. capacity: the mixed workload (loadtest/profiles/mixed.yaml) over HTTP `/generate`
    through the gateway, offered well past what the server completes; the answers per
@@ -129,17 +130,26 @@ def start_serve(log: Path) -> Pipeline:
     )
 
 
-def start_pod(log: Path) -> Pipeline:
-    """Plain tritonserver, the gateway with --supervise and the OpenAI front as the pod's
-    containers: only the gateway watches the stubs; a container that exits is started
-    again (the kubelet's restartPolicy, played here by the launcher's own loop)."""
+def start_pod(log: Path, kserve: bool = False) -> Pipeline:
+    """Plain tritonserver and the gateway as the pod's containers, with what deploy/ ships
+    to bring stubs back: in the Kubernetes pod the gateway with --supervise (and the OpenAI
+    front, told of a dead scheduler by it, on Triton's loopback gRPC); in the KServe pod
+    `specbatch watch` in tritonserver's container (and the OpenAI front, which KServe does
+    not run, outside the pod on the gateway's gRPC relay). A container that exits is
+    started again (the kubelet's restartPolicy, played here by the launcher's own loop)."""
     options = ServerOptions(
-        root=ROOT, config_name="cpu", ports=Ports.free(), env=SERVER_ENV, gateway_supervises=True
+        root=ROOT,
+        config_name="cpu",
+        ports=Ports.free(),
+        env=SERVER_ENV,
+        gateway_supervises=not kserve,
+        watched_in_container=kserve,
     )
     server = TritonProcess(options)
     server.start(log)
     server.wait_ready()
-    front = OpenAIFrontProcess(server.options.triton_grpc_url, free_port(), "127.0.0.1")
+    upstream = server.grpc_url if kserve else server.options.triton_grpc_url
+    front = OpenAIFrontProcess(upstream, free_port(), "127.0.0.1")
     front.start(log)
     front.wait_ready()
     stopping: list[int] = []
@@ -155,11 +165,11 @@ def start_pod(log: Path) -> Pipeline:
         server.stop()
 
     return Pipeline(
-        "plain tritonserver (deploy/)",
+        "plain tritonserver (deploy/kserve)" if kserve else "plain tritonserver (deploy/kubernetes)",
         server.http_url,
         server.metrics_url,
         front.url,
-        triton_pid=lambda: server.process.pid,
+        triton_pid=lambda: server.server_pid,
         helper_pid=lambda name: helpers[name].process.pid,
         stop=stop,
     )
@@ -440,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "chaos")
-    parser.add_argument("--launcher", choices=["serve", "pod", "both"], default="both")
+    parser.add_argument("--launcher", choices=["serve", "pod", "kserve", "all"], default="all")
     parser.add_argument("--load", type=float, default=0.7, help="offered load, a share of measured capacity")
     parser.add_argument("--probe-rate", type=float, default=40.0, help="req/s offered to measure capacity")
     parser.add_argument("--probe-seconds", type=float, default=30.0)
@@ -453,8 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     ensure_tiny_models(ROOT)
     pool = build_prompt_pool(load_profile(ROOT / "loadtest" / "profiles" / "mixed.yaml").workload)
-    starters = {"serve": start_serve, "pod": start_pod}
-    chosen = list(starters) if args.launcher == "both" else [args.launcher]
+    starters = {"serve": start_serve, "pod": start_pod, "kserve": lambda log: start_pod(log, kserve=True)}
+    chosen = list(starters) if args.launcher == "all" else [args.launcher]
     rows = []
     with tqdm(total=len(chosen) * len(FAULTS), desc="faults") as progress:
         for launcher in chosen:

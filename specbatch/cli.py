@@ -1,15 +1,32 @@
-"""The `specbatch` command: serve the pipeline, or build the embedded tiny models (or the
-production-shaped random pair)."""
+"""The `specbatch` command: serve the pipeline, build the embedded tiny models (or the
+production-shaped random pair), or run tritonserver watched from inside its container."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 from specbatch.server.launcher import CONFIG_VARIANTS, PRODUCTION_SHAPES_DIR, project_root, serve
 from specbatch.server.process import PortInUseError, Ports
+
+
+def watch(server_command: list[str], notify_urls: list[str]) -> int:
+    """`specbatch watch`: the command after ``--`` run and its stubs watched (see server.watch)."""
+    from specbatch.server.admin import ADMIN_KEY_ENV, admin_key
+    from specbatch.server.watch import run_watched
+
+    command = server_command[1:] if server_command[:1] == ["--"] else server_command
+    if not command:
+        print("specbatch watch: give the server command after --", file=sys.stderr)
+        return 2
+    if not os.environ.get(ADMIN_KEY_ENV):
+        print(f"specbatch watch: models are brought back through the repository API: set {ADMIN_KEY_ENV} "
+              "to the key tritonserver's restricted APIs take", file=sys.stderr)
+        return 2
+    return run_watched(command, admin_key(), notify_urls)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +70,20 @@ def main(argv: list[str] | None = None) -> int:
         "safetensors with a tokenizer of Qwen3's size (about 5 GB; the cpu_production_shapes config)",
     )
 
+    watch_cmd = commands.add_parser(
+        "watch",
+        help="run tritonserver (the command after --) and bring back any model whose stub process "
+        "dies: the container entry point where nothing else can see Triton's processes (KServe)",
+    )
+    watch_cmd.add_argument(
+        "--notify",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST here when the scheduler dies (the gateway's --control-port); repeatable",
+    )
+    watch_cmd.add_argument("server_command", nargs=argparse.REMAINDER, help="-- tritonserver ARGS...")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.command == "serve":
@@ -67,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         except PortInUseError as exc:
             print(f"specbatch serve: {exc}", file=sys.stderr)
             return 1
+    if args.command == "watch":
+        return watch(args.server_command, args.notify)
     if args.production_shapes:
         from specbatch.decoding.production_shapes import build_production_shapes
 

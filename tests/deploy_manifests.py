@@ -84,6 +84,15 @@ def containers(variant: str) -> Iterator[dict]:
         yield from one(variant, "ServingRuntime")["spec"]["containers"]
 
 
+def tritonserver_args(container: dict) -> list[str] | None:
+    """The tritonserver command a container runs (from "tritonserver" on), directly or
+    after `specbatch watch ... --`; None for a container that runs something else."""
+    args = container["args"]
+    if args[:2] == ["specbatch", "watch"]:
+        args = args[args.index("--") + 1 :]
+    return args if args[:1] == ["tritonserver"] else None
+
+
 def flag(args: list[str], name: str) -> str | None:
     """The value of `--name=value` in a container's arguments."""
     for arg in args:

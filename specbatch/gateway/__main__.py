@@ -14,6 +14,10 @@ Triton's stub processes and brings back a model whose stub dies, through Triton'
 repository API on the first listener's upstream, with the admin key from
 SPECBATCH_ADMIN_KEY (see specbatch.server.supervisor); when the scheduler dies it also
 tells the pod's OpenAI front (SIGUSR1).
+
+With ``--control-port`` (a pod whose containers cannot see each other's processes, where
+`specbatch watch` runs tritonserver and watches its stubs) the same news comes as
+``POST /scheduler-lost`` on that port, which listens on loopback only.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import logging
 import os
 import signal
 import urllib.parse
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -90,7 +95,30 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"bring back a Triton model whose stub process dies (needs {ADMIN_KEY_ENV} and a shared "
         "process namespace with tritonserver)",
     )
+    parser.add_argument(
+        "--control-port",
+        type=int,
+        default=None,
+        help="listen on 127.0.0.1:PORT for POST /scheduler-lost (from `specbatch watch`)",
+    )
     return parser
+
+
+async def start_control(port: int, scheduler_lost: Callable[[], None]) -> web.AppRunner:
+    """The loopback-only control listener: ``POST /scheduler-lost`` answers what the dead
+    scheduler held, as SIGUSR1 does where the watcher can signal this process."""
+
+    async def lost(_request: web.Request) -> web.Response:
+        scheduler_lost()
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/scheduler-lost", lost)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    logger.info("control listener on 127.0.0.1:%d", port)
+    return runner
 
 
 async def run_gateway(args: argparse.Namespace) -> None:
@@ -126,6 +154,8 @@ async def run_gateway(args: argparse.Namespace) -> None:
         held_on_streams.fail_all()
 
     loop.add_signal_handler(signal.SIGUSR1, scheduler_lost)
+    if args.control_port is not None:
+        runners.append(await start_control(args.control_port, scheduler_lost))
     supervisor = None
     if args.supervise:
         _, triton_http = args.listen[0]

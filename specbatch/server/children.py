@@ -127,15 +127,20 @@ class GatewayProcess(ChildProcess):
         grpc_routes: dict[int, int],
         max_body_bytes: int | None = None,
         supervise_with_key: str | None = None,
+        control_port: int | None = None,
     ) -> None:
         """``routes`` and ``grpc_routes``: {public port: Triton's loopback port}, HTTP (the
         first is the inference one) and gRPC. With ``supervise_with_key`` (the admin key)
-        the gateway brings back dead Triton stubs itself, as in a pod (`--supervise`)."""
+        the gateway brings back dead Triton stubs itself, as in a pod (`--supervise`); with
+        ``control_port`` it hears of a dead scheduler on that loopback port instead, from
+        `specbatch watch`, as in a KServe pod."""
         listeners = [f"--listen={public}=127.0.0.1:{inner}" for public, inner in routes.items()]
         listeners += [f"--listen-grpc={public}=127.0.0.1:{inner}" for public, inner in grpc_routes.items()]
         args = [f"--host={host}", *listeners]
         if max_body_bytes is not None:
             args.append(f"--max-body-bytes={max_body_bytes}")
+        if control_port is not None:
+            args.append(f"--control-port={control_port}")
         env = {}
         if supervise_with_key is not None:
             args.append("--supervise")

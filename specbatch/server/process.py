@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbatch.lifeline import exit_with_parent_preexec
-from specbatch.server.admin import RepositoryClient, admin_key, restriction_arguments
+from specbatch.server.admin import ADMIN_KEY_ENV, RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
 from specbatch.server.children import ChildProcess, GatewayProcess
-from specbatch.server.stubs import ModelRestarts, stubs_of
+from specbatch.server.stubs import ModelRestarts, stubs_of, tritonserver_child
 from specbatch.server.supervisor import StubSupervisor
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,10 @@ class ServerOptions:
     triton_metrics_port: int = field(default_factory=free_port)
     max_body_bytes: int | None = None
     gateway_supervises: bool = False  # as in a pod: the gateway, not the launcher, brings stubs back
+    # As in a KServe pod: `specbatch watch` runs tritonserver and brings its stubs back, and
+    # tells the gateway of a dead scheduler on the gateway's loopback control port.
+    watched_in_container: bool = False
+    gateway_control_port: int = field(default_factory=free_port)
 
     def arguments(self) -> list[str]:
         """Both repositories and every model, or with `only_model` that one model alone."""
@@ -137,6 +142,7 @@ class ServerOptions:
             {self.ports.grpc: self.triton_grpc_port},
             self.max_body_bytes,
             supervise_with_key=key,
+            control_port=self.gateway_control_port if self.watched_in_container else None,
         )
 
     @property
@@ -205,6 +211,11 @@ class TritonProcess:
         command = self.installation.command(*self.options.arguments())
         env = self.installation.environment()
         env.update(self.options.env)
+        if self.options.watched_in_container:
+            lost = f"http://127.0.0.1:{self.options.gateway_control_port}/scheduler-lost"
+            watch = [str(Path(sys.executable).with_name("specbatch")), "watch", f"--notify={lost}", "--"]
+            command = [*watch, *command]
+            env[ADMIN_KEY_ENV] = self.options.admin_key
         self.log_path = log_path
         output = open(log_path, "ab") if log_path else None  # noqa: SIM115 - owned by the child
         logger.info("starting %s", " ".join(command).replace(self.options.admin_key, "<admin key>"))
@@ -224,9 +235,17 @@ class TritonProcess:
         instance; while a model reloads, the newest of a name's two)."""
         return {name: pid for pid, name in sorted(self.stubs().items())}
 
+    @property
+    def server_pid(self) -> int | None:
+        """tritonserver's pid: the process started, or under `specbatch watch` its child."""
+        if self.process is None:
+            return None
+        return tritonserver_child(self.process.pid) if self.options.watched_in_container else self.process.pid
+
     def stubs(self) -> dict[int, str]:
         """{pid: model instance name} of every Python backend stub process of the server."""
-        return {} if self.process is None else stubs_of(self.process.pid)
+        server = self.server_pid
+        return {} if server is None else stubs_of(server)
 
     def supervise(self) -> StubSupervisor:
         """Bring back any model of the pipeline whose stub process dies (see supervisor)."""

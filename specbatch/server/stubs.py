@@ -51,6 +51,15 @@ def tritonserver_pids(http_port: int) -> tuple[int, ...]:
     )
 
 
+def tritonserver_child(parent_pid: int) -> int | None:
+    """The tritonserver started by ``parent_pid`` (`specbatch watch`), if it runs."""
+    found = [
+        pid for pid, (parent, argv) in _processes().items()
+        if parent == parent_pid and argv[0].endswith(b"tritonserver")
+    ]
+    return min(found, default=None)
+
+
 def processes_running(module: str) -> list[int]:
     """The pids of ``python -m <module>`` processes in sight."""
     return sorted(pid for pid, (_, argv) in _processes().items() if module.encode() in argv[1:3])

@@ -157,11 +157,13 @@ def final_answers(stream: GrpcStream, count: int, timeout_s: float = 120.0) -> l
 
 @contextlib.contextmanager
 def running_server(
-    log: Path, env: dict[str, str], exit_timeout_s: int = 10, as_in_a_pod: bool = False
+    log: Path, env: dict[str, str], exit_timeout_s: int = 10, as_in_a_pod: str | None = None
 ) -> Iterator:
     """The whole pipeline (cpu config, tiny pair) on free loopback ports with ``env``;
     stopped by its process id, with its stub processes, whatever happens. ``as_in_a_pod``:
-    as deploy/ runs it, the gateway (not the launcher) brings back dead stubs."""
+    as deploy/ runs it, nothing but the pod's own processes bring back dead stubs: in
+    "kubernetes" the gateway (a shared process namespace), in "kserve" `specbatch watch`
+    in tritonserver's container."""
     from specbatch.server.process import Ports, ServerOptions, TritonProcess
 
     root = Path(__file__).resolve().parents[2]
@@ -172,7 +174,8 @@ def running_server(
         host="127.0.0.1",
         exit_timeout_s=exit_timeout_s,
         env=env,
-        gateway_supervises=as_in_a_pod,
+        gateway_supervises=as_in_a_pod == "kubernetes",
+        watched_in_container=as_in_a_pod == "kserve",
     )
     process = TritonProcess(options)
     process.start(log)

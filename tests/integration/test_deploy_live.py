@@ -22,6 +22,7 @@ from deploy_manifests import (
     flag,
     metric_names,
     one,
+    tritonserver_args,
 )
 from helpers import GRAPH_PROMPT, INFOBENCH_PROMPT, MMLU_PROMPT, scrape
 
@@ -111,13 +112,13 @@ def test_the_manifests_ports_are_the_servers_and_every_probe_answers(server, ope
 def test_the_manifests_run_tritonserver_with_the_flags_the_tests_run_it_with(server, variant):
     """Same flags and values, but ports, paths, timeouts and the admin key (the manifests
     take it from a Secret through $(SPECBATCH_ADMIN_KEY))."""
-    [triton] = [c for c in containers(variant) if c["args"][0] == "tritonserver"]
+    [triton] = [args for c in containers(variant) if (args := tritonserver_args(c))]
     ours = dict(arg.split("=", 1) for arg in server.options.arguments() if "=" in arg)
     ours = {
         name: value.replace(server.options.admin_key, "$(SPECBATCH_ADMIN_KEY)")
         for name, value in ours.items()
     }
-    for arg in triton["args"][1:]:
+    for arg in triton[1:]:
         name, value = arg.split("=", 1)
         assert name in ours, arg
         if not name.endswith(("-port", "-repository", "exit-timeout-secs")):

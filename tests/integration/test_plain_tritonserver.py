@@ -1,6 +1,8 @@
-"""The pipeline as deploy/ runs it: plain tritonserver, no launcher watching it, and the
-gateway beside it (`--supervise`, the pod's shared process namespace) bringing back
-whatever stub process dies: scheduler, router, a decoding instance. What a dead
+"""The pipeline as deploy/ runs it: plain tritonserver, no launcher watching it, and what
+the pod ships bringing back whatever stub process dies (scheduler, router, a decoding
+instance): in the Kubernetes pod the gateway beside it (`--supervise`, the pod's shared
+process namespace), in the KServe pod `specbatch watch` in tritonserver's own container,
+telling the gateway of a dead scheduler on its loopback control port. What a dead
 scheduler held is answered within seconds; a request meanwhile gets 503, never a 4xx."""
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ FULL_CAPACITY_S = 60  # a decoding instance (its model pair loads again)
 INSTANCES = {"qwen3_specdec_0_0", "qwen3_specdec_0_1"}
 
 
-@pytest.fixture(scope="module")
-def pod(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
-    log = tmp_path_factory.mktemp("triton-pod") / "server.log"
-    with running_server(log, {}, as_in_a_pod=True) as process:
-        assert process.supervisor is None, "nothing but the gateway watches this server"
+@pytest.fixture(scope="module", params=["kubernetes", "kserve"])
+def pod(
+    request: pytest.FixtureRequest, tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonProcess]:
+    log = tmp_path_factory.mktemp(f"triton-{request.param}-pod") / "server.log"
+    with running_server(log, {}, as_in_a_pod=request.param) as process:
+        assert process.supervisor is None, "nothing but the pod's own processes watch this server"
         yield process
 
 
@@ -68,7 +72,7 @@ def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod):
         pending = [pool.submit(post_generate, pod.http_url, 400) for _ in range(4)]
         until(lambda: running_rows(pod.metrics_url) >= 2, "rows to run", 60)
         killed = time.monotonic()
-        os.kill(stub_pid(pod.process.pid, "scheduler_0_0"), signal.SIGKILL)
+        os.kill(stub_pid(pod.server_pid, "scheduler_0_0"), signal.SIGKILL)
         until(lambda: readiness_is_honest(pod), "readiness to say the scheduler is down", HONEST_S)
         answers = [future.result(timeout=60) for future in pending]
         streamed = final_answers(stream, 2, timeout_s=60)
@@ -83,7 +87,7 @@ def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod):
 
 
 def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod):
-    os.kill(stub_pid(pod.process.pid, "router_0_0"), signal.SIGKILL)
+    os.kill(stub_pid(pod.server_pid, "router_0_0"), signal.SIGKILL)
     until(lambda: readiness_is_honest(pod), "readiness to say the router is down", HONEST_S)
     statuses = set()
 
@@ -97,7 +101,7 @@ def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod):
 
 
 def test_a_killed_instance_is_back_and_both_serve_again(pod):
-    os.kill(stub_pid(pod.process.pid, "qwen3_specdec_0_1"), signal.SIGKILL)
+    os.kill(stub_pid(pod.server_pid, "qwen3_specdec_0_1"), signal.SIGKILL)
 
     def both_serve() -> bool:
         with ThreadPoolExecutor(4) as pool:
@@ -113,7 +117,7 @@ def test_a_killed_tritonserver_leaves_no_process_behind(pod):
     each stub has a watcher process that ends it."""
     below = descendants(pod.process.pid)
     assert len(below) >= 6, below  # four stubs, two solver workers, and their watchers
-    os.kill(pod.process.pid, signal.SIGKILL)
+    os.kill(pod.server_pid, signal.SIGKILL)
     until(
         lambda: not any(Path(f"/proc/{pid}").exists() for pid in below), "every process below it to exit", 20
     )

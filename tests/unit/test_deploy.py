@@ -17,6 +17,7 @@ from deploy_manifests import (
     flag,
     metric_names,
     one,
+    tritonserver_args,
 )
 
 from specbatch.gateway.__main__ import build_parser as gateway_parser
@@ -127,7 +128,7 @@ def test_triton_s_listeners_stay_on_loopback_behind_the_gateway(variant, triton_
     and Triton's own probes ask it there."""
     pod = by_name(variant)
     triton, gateway = pod[triton_name], pod["gateway"]
-    args = triton["args"]
+    args = tritonserver_args(triton)
     for listener in ("http", "grpc", "metrics"):
         assert flag(args, f"{listener}-address") == "127.0.0.1", listener
     assert gateway["args"][:3] == ["python3", "-m", "specbatch.gateway"]
@@ -162,6 +163,20 @@ def test_the_gateway_supervises_the_pods_triton_with_the_admin_key():
     assert key == triton_key
 
 
+def test_the_kserve_runtime_watches_triton_from_its_own_container():
+    """No shared process namespace in a ServingRuntime: `specbatch watch` runs tritonserver,
+    brings back dead stubs with the admin key Triton's restricted APIs take, and tells the
+    gateway of a dead scheduler on the gateway's loopback control port."""
+    pod = by_name("kserve")
+    triton, gateway = pod["kserve-container"], pod["gateway"]
+    assert triton["args"][:2] == ["specbatch", "watch"]
+    watch_flags = triton["args"][2 : triton["args"].index("--")]
+    control = gateway_parser().parse_args(gateway["args"][3:]).control_port
+    assert watch_flags == [f"--notify=http://127.0.0.1:{control}/scheduler-lost"]
+    assert "SPECBATCH_ADMIN_KEY" in {e["name"] for e in triton["env"]}
+    assert "$(SPECBATCH_ADMIN_KEY)" in flag(tritonserver_args(triton), "http-restricted-api")
+
+
 def test_the_kserve_runtimes_containers_are_valid_kubernetes_containers():
     pod = {
         "apiVersion": "v1",
@@ -176,8 +191,8 @@ def test_the_kserve_runtimes_containers_are_valid_kubernetes_containers():
 def test_the_grace_period_outlasts_the_servers_exit_timeout(variant):
     """The kubelet's SIGKILL must not cut short what tritonserver and the front drain on SIGTERM."""
     pod = list(containers(variant))
-    [triton] = [c for c in pod if c["args"][0] == "tritonserver"]
-    drains = [int(flag(triton["args"], "exit-timeout-secs"))]
+    [triton] = [args for c in pod if (args := tritonserver_args(c))]
+    drains = [int(flag(triton, "exit-timeout-secs"))]
     drains += [float(flag(c["args"], "shutdown-timeout")) for c in pod if c["args"][0] == "python3"]
     if variant == "kubernetes":
         grace = one(variant, "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]

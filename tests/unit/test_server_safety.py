@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_manifests import containers, flag
+from deploy_manifests import containers, flag, tritonserver_args
 
 from specbatch import cli
 from specbatch.openai.__main__ import build_parser
@@ -84,10 +84,10 @@ def test_the_container_serves_every_interface_as_a_non_root_user_with_the_restri
 
 @pytest.mark.parametrize("variant", ["kubernetes", "kserve"])
 def test_the_manifests_restrict_the_admin_apis_with_a_key_from_a_secret(variant):
-    [triton] = [c for c in containers(variant) if c["args"][0] == "tritonserver"]
+    [triton] = [c for c in containers(variant) if tritonserver_args(c)]
     key = "$(SPECBATCH_ADMIN_KEY)"
-    assert flag(triton["args"], "http-restricted-api") == f"{RESTRICTION}{key}"
-    assert flag(triton["args"], "grpc-restricted-protocol") == f"{RESTRICTION}{key}"
+    assert flag(tritonserver_args(triton), "http-restricted-api") == f"{RESTRICTION}{key}"
+    assert flag(tritonserver_args(triton), "grpc-restricted-protocol") == f"{RESTRICTION}{key}"
     [env] = [e for e in triton["env"] if e["name"] == ADMIN_KEY_ENV]
     assert env["valueFrom"]["secretKeyRef"] == {"name": "specbatch-admin", "key": "key"}
     assert not env["valueFrom"]["secretKeyRef"].get("optional"), "a missing Secret must stop the pod"
