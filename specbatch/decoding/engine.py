@@ -10,6 +10,11 @@ batch, or a plain step. Rows that finish hand their blocks back at once; a row t
 cannot grow when the pool is full is preempted (its blocks freed, requeued at the
 front, prefilled again later with the output it already has).
 
+With ``prefix_caching`` (the default) a row starts on the full blocks of its prompt
+that earlier rows computed and left named (:mod:`specbatch.decoding.prefix_cache`):
+admission shares them, prefill computes only the rest, and a row that leaves makes its
+named blocks evictable instead of free.
+
 ``batching="static"`` admits only into an empty engine (a batch formed, then run to
 completion): the behaviour of a static batcher, kept to measure against.
 
@@ -31,6 +36,7 @@ import torch
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError, blocks_in_budget
 from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, LookaheadPolicy, make_lookahead
 from specbatch.decoding.pair import ModelPair
+from specbatch.decoding.prefix_cache import PrefixCache
 from specbatch.decoding.requests import (
     GenerationRequest,
     GenerationResult,
@@ -85,6 +91,8 @@ class Engine:
     ``compile``: ``"none"`` (eager, the reference), ``"default"`` (torch.compile) or
     ``"cuda_graphs"`` (compiled and captured as CUDA graphs; CUDA only); see
     :mod:`specbatch.decoding.compiled`.
+    ``prefix_caching``: reuse the KV blocks of prompt prefixes computed before (on by
+    default; off, every prompt is computed whole).
     """
 
     def __init__(
@@ -98,6 +106,7 @@ class Engine:
         prefill_chunk: int = 256,
         batching: str = "continuous",
         compile: str = "none",
+        prefix_caching: bool = True,
     ) -> None:
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
@@ -117,6 +126,7 @@ class Engine:
                 f"({pair.kv_bytes_per_token} bytes per token)"
             )
         self.pool = BlockPool(int(num_blocks), block_size)
+        self.prefixes = PrefixCache(self.pool, enabled=prefix_caching)
         self.runner = StepRunner(pair, self.pool, compile)
         self.lookahead: LookaheadPolicy = make_lookahead(lookahead, self.runner.costs)
         self._acceptance = AcceptanceTracker()
@@ -382,10 +392,14 @@ class Engine:
         watermark = max(1, self.pool.num_blocks // 100)
         while self._waiting and len(self._running) < self.max_rows:
             row = self._waiting[0]
-            need = self.pool.blocks_for(row.seq_len + MAX_LOOKAHEAD) - len(row.blocks)
+            hit = self.prefixes.match(row)
+            # shared blocks cost nothing new, but an evictable one leaves the free count
+            need = self.pool.blocks_for(row.seq_len + MAX_LOOKAHEAD) - len(hit.blocks)
+            need += self.prefixes.revived(hit)
             reserve = watermark if self._running else 0
             if need + reserve > self.pool.num_free:
                 return
+            self.prefixes.admit(row, hit)
             self.pool.grow(row.blocks, row.seq_len + MAX_LOOKAHEAD)
             self._waiting.popleft()
             self._running.append(row)
@@ -400,6 +414,9 @@ class Engine:
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
             if rows and budget > 0:
                 budget -= self.runner.prefill(rows, name, budget)
+        for row in self._running:
+            if row.mode == "speculative":
+                self.prefixes.skip_written(row, "draft")
         if self.lookahead.k > 0:
             lagging = [
                 r
@@ -410,7 +427,18 @@ class Engine:
                 and self.lookahead.catch_up_pays(r.remaining, r.seq_len - r.draft_cached, r.seq_len)
             ]
             if lagging:
-                self.runner.prefill(lagging, "draft", self.prefill_chunk)
+                self.runner.prefill(lagging, "draft", self.prefill_chunk, self._draft_writable_end)
+        for row in self._running:
+            self.prefixes.record(row)
+
+    def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
+        return self.prefixes.writable_end(row, "draft", start, end)
+
+    def _draft_may_speculate(self, row: Row, k: int) -> bool:
+        """The draft of ``row`` may write every slot a K-token speculative step feeds it
+        (none of them in a shared block another row is writing)."""
+        end = row.seq_len + k - 1
+        return self._draft_writable_end(row, row.draft_cached, end) == end
 
     def _decode(self) -> dict[Row, list[int]]:
         """One decode step over every prefilled row; the committed tokens per row."""
@@ -419,7 +447,11 @@ class Engine:
         k = self._choose_lookahead(speculative)
         k = self._make_room(ready, k)
         ready = [r for r in ready if r in self._running]  # preemption may have taken some
-        spec_rows = [r for r in ready if k > 0 and r.mode == "speculative" and not _lags(r)]
+        spec_rows = [
+            r
+            for r in ready
+            if k > 0 and r.mode == "speculative" and not _lags(r) and self._draft_may_speculate(r, k)
+        ]
         plain_target = [r for r in ready if r.mode != "draft_only" and r not in spec_rows]
         draft_only = [r for r in ready if r.mode == "draft_only"]
         self._memory.observe(self._running, self.pool)
@@ -488,7 +520,7 @@ class Engine:
         """Free the row's blocks and requeue it at the front; its output is kept and its
         committed tokens are prefilled again when it is readmitted."""
         self._running.remove(row)
-        self.pool.release(row.blocks)
+        self.prefixes.release(row)
         row.target_cached = row.draft_cached = 0
         row.preemptions += 1
         self._preemptions += 1
@@ -502,6 +534,7 @@ class Engine:
         for row, tokens in committed.items():
             kept = self._stop_rules.extend(row.output, tokens)
             row.tokens.extend(kept)
+            self.prefixes.record(row)
             if kept:
                 by_sink.setdefault(id(row.sink), (row.sink, {}))[1][row.key] = kept
             if row.output.finish_reason is not None:
@@ -516,7 +549,7 @@ class Engine:
             self._running.remove(row)
         elif row in self._waiting:
             self._waiting.remove(row)
-        self.pool.release(row.blocks)
+        self.prefixes.release(row)
         try:
             self._stop_rules.finish(row.output, reason)
         except Exception as exc:  # the row still gets its one final result
@@ -537,6 +570,7 @@ class Engine:
         return self._take_snapshot()
 
     def _take_snapshot(self) -> InstanceLoad:
+        prefixes = self.prefixes.stats()
         return InstanceLoad(
             running=len(self._running),
             waiting=len(self._waiting),
@@ -548,6 +582,11 @@ class Engine:
             lookahead=self.lookahead.k,
             preemptions=self._preemptions,
             max_rows=self.max_rows,
+            prefix_hit_tokens=prefixes.hit_tokens,
+            prefix_miss_tokens=prefixes.miss_tokens,
+            cached_blocks=prefixes.cached_blocks,
+            evictable_blocks=prefixes.evictable_blocks,
+            evictions=prefixes.evictions,
         )
 
 

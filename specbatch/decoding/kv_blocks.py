@@ -11,11 +11,18 @@ Each model's store is, per layer, a flat tensor of slots ``[num_slots, kv_heads,
 head_dim]``; slot ``block * block_size + offset`` holds one token. One extra block past
 the budget is scratch: padding tokens write there and positions a row does not own
 read from there, always masked out by position, so they never reach a result.
+
+Blocks are reference-counted so that rows whose prompts start alike can hold the same
+block (the prefix cache, :mod:`specbatch.decoding.prefix_cache`, names them). A block
+whose contents are named keeps them after its last holder leaves: it waits in an
+evictable set, least recently released first, until a hit revives it or the pool needs
+room. Evictable blocks count as free, because taking one costs nothing but the hit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +33,11 @@ class OutOfBlocksError(RuntimeError):
 
 
 class BlockPool:
-    """Allocation of block ids; one instance per engine, sized from the memory budget."""
+    """Allocation of block ids; one instance per engine, sized from the memory budget.
+
+    Every block is free, held (by one row or more: its reference count), or evictable
+    (held by nobody, contents kept because :meth:`keep` named them). ``on_evict`` hears
+    of each evictable block taken for new contents, so whoever named it forgets it."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         if num_blocks < 1:
@@ -37,6 +48,11 @@ class BlockPool:
         self.block_size = block_size
         self.scratch_block = num_blocks  # one past the budget: never handed out
         self._free = list(range(num_blocks - 1, -1, -1))
+        self._holders = [0] * num_blocks
+        self._kept: set[int] = set()
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # least recently released first
+        self.evictions = 0
+        self.on_evict: Callable[[int], None] = lambda block: None
 
     @property
     def num_slots(self) -> int:
@@ -45,11 +61,21 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        """Blocks a row can be given: the free ones and the evictable ones."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_evictable(self) -> int:
+        return len(self._evictable)
 
     @property
     def num_held(self) -> int:
-        return self.num_blocks - len(self._free)
+        """Blocks some row holds (a block shared by several rows counts once)."""
+        return self.num_blocks - self.num_free
+
+    def holders(self, block: int) -> int:
+        """How many rows hold ``block`` now."""
+        return self._holders[block]
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold ``tokens`` tokens."""
@@ -57,18 +83,51 @@ class BlockPool:
 
     def grow(self, table: list[int], tokens: int) -> None:
         """Extend ``table`` in place until it holds ``tokens`` tokens, or raise without
-        taking anything."""
+        taking anything. Free blocks go first; then the least recently released
+        evictable ones, whose contents are lost."""
         missing = self.blocks_for(tokens) - len(table)
         if missing <= 0:
             return
-        if missing > len(self._free):
-            raise OutOfBlocksError(f"need {missing} more KV blocks, {len(self._free)} free")
+        if missing > self.num_free:
+            raise OutOfBlocksError(f"need {missing} more KV blocks, {self.num_free} free")
         for _ in range(missing):
-            table.append(self._free.pop())
+            table.append(self._take())
+
+    def _take(self) -> int:
+        if self._free:
+            block = self._free.pop()
+        else:
+            block, _ = self._evictable.popitem(last=False)
+            self._kept.discard(block)
+            self.evictions += 1
+            self.on_evict(block)
+        self._holders[block] = 1
+        return block
+
+    def share(self, table: list[int], blocks: Sequence[int]) -> None:
+        """Append ``blocks`` (held or evictable, contents kept) to ``table`` as one more holder."""
+        for block in blocks:
+            if self._holders[block] == 0:
+                del self._evictable[block]
+            self._holders[block] += 1
+            table.append(block)
+
+    def keep(self, block: int) -> None:
+        """``block``'s contents are named: when its last holder leaves it becomes evictable
+        instead of free."""
+        self._kept.add(block)
 
     def release(self, table: list[int]) -> None:
-        """Give every block of ``table`` back and empty it."""
-        self._free.extend(reversed(table))
+        """Drop this table's hold on each of its blocks and empty it. Blocks nobody holds
+        any more are freed, or made evictable if kept; the table's last blocks go in
+        first, so they are evicted before the blocks a prefix hit starts with."""
+        for block in reversed(table):
+            self._holders[block] -= 1
+            if self._holders[block] == 0:
+                if block in self._kept:
+                    self._evictable[block] = None
+                else:
+                    self._free.append(block)
         table.clear()
 
 

@@ -59,6 +59,10 @@ class Row:
     blocks: list[int] = field(default_factory=list)
     target_cached: int = 0  # leading tokens whose keys/values the target store holds
     draft_cached: int = 0
+    # names of the full blocks of ``tokens`` (the prefix cache's hash chain), and per
+    # model how many leading blocks the cache has been told this row wrote
+    block_digests: list[bytes] = field(default_factory=list)
+    reported_blocks: dict[str, int] = field(default_factory=lambda: {"target": 0, "draft": 0})
     drafted: int = 0
     accepted: int = 0
     rejections: int = 0
@@ -84,9 +88,24 @@ class Row:
         return self.output.max_new_tokens - len(self.output.tokens)
 
     @property
+    def primary(self) -> str:
+        """The model that decodes this row on its own (and verifies, when it speculates)."""
+        return "draft" if self.mode == "draft_only" else "target"
+
+    @property
     def primary_cached(self) -> int:
         """Cached tokens of the model that decodes this row on its own."""
-        return self.draft_cached if self.mode == "draft_only" else self.target_cached
+        return self.cached(self.primary)
+
+    def cached(self, model: str) -> int:
+        """Leading tokens whose keys/values ``model``'s store holds for this row."""
+        return self.draft_cached if model == "draft" else self.target_cached
+
+    def set_cached(self, model: str, tokens: int) -> None:
+        if model == "draft":
+            self.draft_cached = tokens
+        else:
+            self.target_cached = tokens
 
     def prefilled(self) -> bool:
         """The decoding model holds every token but the pending last one."""

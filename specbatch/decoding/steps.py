@@ -176,13 +176,23 @@ class StepRunner:
         self.clock.stop(started, record)
         return out
 
-    def prefill(self, rows: Sequence[Row], name: str, budget: int) -> int:
+    def prefill(
+        self,
+        rows: Sequence[Row],
+        name: str,
+        budget: int,
+        writable_end: Callable[[Row, int, int], int] | None = None,
+    ) -> int:
         """Cache up to ``budget`` more tokens of the rows' committed prefixes (all but the
-        pending token) in the ``name`` model, first rows first; returns tokens fed."""
+        pending token) in the ``name`` model, first rows first; returns tokens fed.
+        ``writable_end(row, start, end)`` may stop a row short of ``end`` (a block
+        another row is writing)."""
         chosen, spans = [], []
         for row in rows:
-            cached = row.draft_cached if name == "draft" else row.target_cached
+            cached = row.cached(name)
             end = min(row.seq_len - 1, cached + budget)
+            if writable_end is not None and end > cached:
+                end = writable_end(row, cached, end)
             if end > cached:
                 chosen.append(row)
                 spans.append((cached, end))
@@ -198,10 +208,7 @@ class StepRunner:
         fed = sum(end - start for start, end in spans)
         self._run(name, chosen, feed, real, fed, furthest, self.functions.prefill_chunk)
         for row, (_, end) in zip(chosen, spans, strict=True):
-            if name == "draft":
-                row.draft_cached = end
-            else:
-                row.target_cached = end
+            row.set_cached(name, end)
         return fed
 
     def calibrate(self, repeats: int = 3) -> None:

@@ -19,6 +19,13 @@ class InstanceLoad:
     lookahead: int = 0
     preemptions: int = 0
     max_rows: int = 64
+    # the engine's prefix cache, counted since it started: prompt tokens found cached and
+    # computed at admission, named blocks (held or evictable), evictable ones, evictions
+    prefix_hit_tokens: int = 0
+    prefix_miss_tokens: int = 0
+    cached_blocks: int = 0
+    evictable_blocks: int = 0
+    evictions: int = 0
 
     @property
     def free_tokens(self) -> int:

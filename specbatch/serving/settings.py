@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 _TEMPLATE = re.compile(r"\$\{[^}]*\}")
+SWITCH_ON = ("on", "true", "1")
+SWITCH_OFF = ("off", "false", "0")
 
 
 class ConfigError(ValueError):
@@ -50,6 +52,15 @@ class ModelSettings:
 
     def number(self, key: str, default: float | None = None) -> float:
         return self._typed(key, default, float, "a number")
+
+    def switch(self, key: str, default: bool) -> bool:
+        """An on/off setting: ``on``/``off`` (also ``true``/``false``, ``1``/``0``), any case."""
+        value = self.raw(key, "on" if default else "off").lower()
+        if value in SWITCH_ON:
+            return True
+        if value in SWITCH_OFF:
+            return False
+        raise ConfigError(f"model '{self._name}': parameter '{key}' must be on or off, got {value!r}")
 
     def _typed(self, key: str, default, cast, kind: str):
         value = self.raw(key, None if default is None else str(default))

@@ -16,6 +16,13 @@ TPOT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
 
 GAUGE_INTERVAL_S = 0.5
 
+# Totals an engine counts from its start, exported as counters per instance.
+ENGINE_TOTALS = (
+    ("prefix_hit_tokens", "specbatch_prefix_hit_tokens_total", "Prompt tokens found in the prefix cache"),
+    ("prefix_miss_tokens", "specbatch_prefix_miss_tokens_total", "Prompt tokens computed (not cached)"),
+    ("evictions", "specbatch_kv_evictions_total", "Cached KV blocks evicted to make room"),
+)
+
 
 class SchedulerMetrics(SchedulerEvents):
     """Counters on every event; gauges (instance load, queue depth) at most every half
@@ -27,6 +34,7 @@ class SchedulerMetrics(SchedulerEvents):
         self._sla = sla
         self._last_gauge: dict[str, float] = {}
         self._pending: dict[str, tuple[InstanceLoad, int, int | None]] = {}
+        self._totals: dict[tuple[str, str], int] = {}  # (instance, field) -> total counted
         declare_outcome_counters(self._m, sla)
         for name, text in (
             ("specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full"),
@@ -128,6 +136,8 @@ class SchedulerMetrics(SchedulerEvents):
     def instance_lost(self, instance: str) -> None:
         self._last_gauge.pop(instance, None)
         self._pending.pop(instance, None)
+        for field, _, _ in ENGINE_TOTALS:  # its replacement's engine counts from 0
+            self._totals.pop((instance, field), None)
         self._m.increment(
             "specbatch_instance_failures_total", "Instances taken out of service (connection lost or hung)"
         )
@@ -191,6 +201,20 @@ class SchedulerMetrics(SchedulerEvents):
             instance=instance,
         )
         m.set(
+            "specbatch_cached_kv_blocks",
+            "KV blocks named by the prefix cache (held or evictable)",
+            load.cached_blocks,
+            instance=instance,
+        )
+        m.set(
+            "specbatch_evictable_kv_blocks",
+            "Cached KV blocks no row holds: reusable on a hit, evicted for room (counted as free)",
+            load.evictable_blocks,
+            instance=instance,
+        )
+        for field, name, text in ENGINE_TOTALS:
+            self._count_total(instance, field, name, text, getattr(load, field))
+        m.set(
             "specbatch_rows_allowed",
             "Rows admission allows an instance: min(b_mem, b_SLA)",
             rows_allowed,
@@ -200,6 +224,17 @@ class SchedulerMetrics(SchedulerEvents):
             m.set(
                 "specbatch_b_sla", "b_SLA of an instance (per-token SLA feedback)", b_sla, instance=instance
             )
+
+    def _count_total(self, instance: str, field: str, name: str, text: str, total: int) -> None:
+        """Add what an engine's total grew by since it was last counted (a total that went
+        down is a new engine: all of it is new). An instance's first report exports the
+        counter even at 0, so a dashboard's ratio of two counters has both from the start."""
+        if (instance, field) not in self._totals:
+            self._m.declare_counter(name, text, instance=instance)
+        counted = self._totals.get((instance, field), 0)
+        grown = total - counted if total >= counted else total
+        self._totals[instance, field] = total
+        self._m.increment(name, text, grown, instance=instance)
 
     def queue_depths(self, depths: list[int]) -> None:
         self._publish_due()

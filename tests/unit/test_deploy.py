@@ -239,6 +239,8 @@ def test_the_dashboard_covers_what_a_user_watches():
         "specbatch_accepted_draft_tokens_total",
         "specbatch_lookahead",
         "specbatch_free_kv_blocks",
+        "specbatch_prefix_hit_tokens_total",
+        "specbatch_prefix_miss_tokens_total",
         "specbatch_instance_failures_total",
     ):
         assert needed in read, needed

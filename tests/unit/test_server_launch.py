@@ -80,6 +80,12 @@ def test_settings_env_overrides_and_loud_failures(tmp_path):
         settings.model_path("target_model")
     with pytest.raises(ConfigError, match="required"):
         settings.raw("kv_memory_budget_gb")
+    assert settings.switch("prefix_caching", True) is True
+    switched = ModelSettings(config, tmp_path, env={"SPECBATCH_PREFIX_CACHING": "Off"})
+    assert switched.switch("prefix_caching", True) is False
+    unclear = ModelSettings(config, tmp_path, env={"SPECBATCH_PREFIX_CACHING": "maybe"})
+    with pytest.raises(ConfigError, match="must be on or off"):
+        unclear.switch("prefix_caching", True)
     (tmp_path / "weights").mkdir()
     env = {"SPECBATCH_TARGET_MODEL": "weights", "SPECBATCH_DRAFT_MODEL": "Qwen/Qwen3-0.6B"}
     overridden = ModelSettings(config, tmp_path, env=env)

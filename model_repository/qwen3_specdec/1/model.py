@@ -53,6 +53,7 @@ class TritonPythonModel:
             block_size=settings.integer("kv_block_size", 16),
             max_rows=settings.integer("max_rows", 64),
             compile=settings.raw("compile", "none"),
+            prefix_caching=settings.switch("prefix_caching", True),
         )
         self.batched = config.get("max_batch_size", 0) > 0
         self.faults = fault_hooks()
