@@ -57,6 +57,18 @@ def autoscaling_queries() -> list[str]:
     ]
 
 
+def endpoint_picker_args() -> list[str]:
+    """The arguments of deploy/inference-gateway's endpoint picker."""
+    [picker] = one("inference-gateway", "Deployment")["spec"]["template"]["spec"]["containers"]
+    return picker["args"]
+
+
+def endpoint_picker_metrics() -> set[str]:
+    """The metric names the endpoint picker reads from every pod."""
+    args = endpoint_picker_args()
+    return {flag(args, "total-queued-requests-metric"), flag(args, "kv-cache-usage-percentage-metric")}
+
+
 def metric_names(expr: str) -> set[str]:
     """The metric names a PromQL expression reads: identifiers that are not functions,
     keywords, label names or label values."""

@@ -35,6 +35,7 @@ class SchedulerMetrics(SchedulerEvents):
         self._last_gauge: dict[str, float] = {}
         self._pending: dict[str, tuple[InstanceLoad, int, int | None]] = {}
         self._totals: dict[tuple[str, str], int] = {}  # (instance, field) -> total counted
+        self._kv_blocks: dict[str, tuple[int, int]] = {}  # instance -> (blocks in use, blocks)
         declare_outcome_counters(self._m, sla)
         for name, text in (
             ("specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full"),
@@ -136,6 +137,7 @@ class SchedulerMetrics(SchedulerEvents):
     def instance_lost(self, instance: str) -> None:
         self._last_gauge.pop(instance, None)
         self._pending.pop(instance, None)
+        self._kv_blocks.pop(instance, None)
         for field, _, _ in ENGINE_TOTALS:  # its replacement's engine counts from 0
             self._totals.pop((instance, field), None)
         self._m.increment(
@@ -176,6 +178,15 @@ class SchedulerMetrics(SchedulerEvents):
 
     def _publish(self, instance: str, load: InstanceLoad, rows_allowed: int, b_sla: int | None) -> None:
         m = self._m
+        self._kv_blocks[instance] = (load.blocks_total - load.blocks_free, load.blocks_total)
+        in_use, total = (sum(counts) for counts in zip(*self._kv_blocks.values(), strict=True))
+        # One figure per server, as a pod-level router (the Gateway API Inference Extension's
+        # endpoint picker) reads vLLM's: the share of KV blocks in use (evictable ones are free).
+        m.set(
+            "specbatch_kv_cache_usage_perc",
+            "Share of the server's KV blocks in use by rows, 0-1 (cached but unused blocks are free)",
+            in_use / total if total else 0.0,
+        )
         m.set("specbatch_instance_up", "1 while the instance is connected and serving", 1, instance=instance)
         m.set("specbatch_running_rows", "Rows an instance is decoding", load.running, instance=instance)
         m.set(
@@ -242,3 +253,4 @@ class SchedulerMetrics(SchedulerEvents):
             return
         for index, depth in enumerate(depths):
             self._m.set("specbatch_queue_depth", "Prompts waiting per length bin", depth, bin=str(index))
+        self._m.set("specbatch_queued_prompts", "Prompts waiting for admission, all bins", sum(depths))

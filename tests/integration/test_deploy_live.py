@@ -18,6 +18,7 @@ from deploy_manifests import (
     autoscaling_queries,
     containers,
     dashboard_queries,
+    endpoint_picker_metrics,
     exported_names,
     flag,
     metric_names,
@@ -43,10 +44,13 @@ def exposition(server, openai_front) -> str:
     return scrape(server.metrics_url)
 
 
-@pytest.mark.parametrize("source", ["dashboard", "autoscaling"])
+@pytest.mark.parametrize("source", ["dashboard", "autoscaling", "endpoint picker"])
 def test_every_metric_queried_is_exported(exposition, source):
-    queries = dashboard_queries() if source == "dashboard" else autoscaling_queries()
-    read = set().union(*(metric_names(q) for q in queries))
+    if source == "endpoint picker":
+        read = endpoint_picker_metrics()
+    else:
+        queries = dashboard_queries() if source == "dashboard" else autoscaling_queries()
+        read = set().union(*(metric_names(q) for q in queries))
     assert read
     missing = read - exported_names(exposition)
     assert not missing, f"{source} reads metrics the server does not export: {sorted(missing)}"

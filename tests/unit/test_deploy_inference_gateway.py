@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import kubernetes_validate
 import yaml
-from deploy_manifests import DEPLOY, containers, documents, flag, one
+from deploy_manifests import (
+    DEPLOY,
+    containers,
+    documents,
+    endpoint_picker_args,
+    endpoint_picker_metrics,
+    flag,
+    one,
+)
 
 from specbatch.gateway.__main__ import build_parser as gateway_parser
 
-VARIANT = "inference-gateway"
+VARIANT = "inference-gateway"  # not one of VARIANTS: it runs no server of its own
 
 
-def epp_args() -> list[str]:
-    [epp] = one(VARIANT, "Deployment")["spec"]["template"]["spec"]["containers"]
-    return epp["args"]
 
 
 def test_the_kustomization_lists_every_manifest_and_core_objects_are_valid():
@@ -43,7 +48,7 @@ def test_the_picker_is_reached_where_the_pool_says_and_scrapes_the_gateways_metr
     service = one(VARIANT, "Service")
     assert service["metadata"]["name"] == picker["name"]
     assert [p["port"] for p in service["spec"]["ports"]] == [picker["portNumber"]]
-    args = epp_args()
+    args = endpoint_picker_args()
     assert flag(args, "grpc-port") == str(picker["portNumber"])
     assert flag(args, "pool-name") == pool["metadata"]["name"]
     [gateway] = [c for c in containers("kubernetes") if c["name"] == "gateway"]
@@ -62,19 +67,13 @@ def test_every_scheduling_plugin_is_declared_and_the_route_ends_at_the_pool():
     [deployment] = [d for d in documents(VARIANT) if d["kind"] == "Deployment"]
     volume = deployment["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
     assert volume == one(VARIANT, "ConfigMap")["metadata"]["name"]
-    assert flag(epp_args(), "config-file").endswith("/scoring.yaml")
+    assert flag(endpoint_picker_args(), "config-file").endswith("/scoring.yaml")
     [rule] = one(VARIANT, "HTTPRoute")["spec"]["rules"]
     assert rule["backendRefs"] == [
         {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "specbatch"}
     ]
     gateway = one(VARIANT, "Gateway")
     assert one(VARIANT, "HTTPRoute")["spec"]["parentRefs"] == [{"name": gateway["metadata"]["name"]}]
-
-
-def endpoint_picker_metrics() -> set[str]:
-    """The metric names the endpoint picker reads from every pod."""
-    args = epp_args()
-    return {flag(args, "total-queued-requests-metric"), flag(args, "kv-cache-usage-percentage-metric")}
 
 
 def test_the_picker_reads_specbatch_metrics():
