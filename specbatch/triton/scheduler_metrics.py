@@ -17,6 +17,20 @@ TPOT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
 GAUGE_INTERVAL_S = 0.5
 
 
+# Per-instance distributions the engine counts step by step (InstanceLoad field, metric,
+# label, help): one counter per value, the histogram of a small discrete quantity
+# (bucket i counts the steps with value i, so rate() per label is the distribution now).
+STEP_HISTOGRAMS = (
+    ("lookahead_steps", "specbatch_lookahead_steps_total", "k", "Decode steps per K chosen (0 = plain)"),
+    (
+        "tokens_per_row_step",
+        "specbatch_row_step_tokens_total",
+        "tokens",
+        "Row-steps per tokens a row committed in one decode step",
+    ),
+)
+
+
 class SchedulerMetrics(SchedulerEvents):
     """Counters on every event; gauges (instance load, queue depth) at most every half
     second per series, since loads arrive with every engine step and each update is a
@@ -27,6 +41,7 @@ class SchedulerMetrics(SchedulerEvents):
         self._sla = sla
         self._last_gauge: dict[str, float] = {}
         self._pending: dict[str, tuple[InstanceLoad, int, int | None]] = {}
+        self._published_counts: dict[tuple[str, str], tuple[int, ...]] = {}
         declare_outcome_counters(self._m, sla)
         for name, text in (
             ("specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full"),
@@ -128,6 +143,8 @@ class SchedulerMetrics(SchedulerEvents):
     def instance_lost(self, instance: str) -> None:
         self._last_gauge.pop(instance, None)
         self._pending.pop(instance, None)
+        for field, *_ in STEP_HISTOGRAMS:
+            self._published_counts.pop((instance, field), None)
         self._m.increment(
             "specbatch_instance_failures_total", "Instances taken out of service (connection lost or hung)"
         )
@@ -200,6 +217,15 @@ class SchedulerMetrics(SchedulerEvents):
             m.set(
                 "specbatch_b_sla", "b_SLA of an instance (per-token SLA feedback)", b_sla, instance=instance
             )
+        for field, name, label, text in STEP_HISTOGRAMS:
+            counts = getattr(load, field)
+            previous = self._published_counts.get((instance, field), ())
+            if any(now < before for now, before in zip(counts, previous, strict=False)):
+                previous = ()  # a restarted engine counts from zero again
+            for value, count in enumerate(counts):
+                before = previous[value] if value < len(previous) else 0
+                m.increment(name, text, count - before, instance=instance, **{label: str(value)})
+            self._published_counts[(instance, field)] = counts
 
     def queue_depths(self, depths: list[int]) -> None:
         self._publish_due()
