@@ -461,7 +461,7 @@ class Engine:
         return committed
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
-        prior = self._acceptance.alpha
+        prior = self._acceptance.optimistic_alpha
         return BatchShape(
             alphas=[r.alpha(prior) for r in rows],
             remaining=[r.remaining for r in rows],

@@ -56,7 +56,8 @@ def next_lookahead(current: int, acceptance: float) -> int:
 def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
     """Tokens a row commits in one step with K = ``lookahead`` when each draft token is
     accepted with probability ``alpha``: 1 + α + … + α^K, capped by its budget."""
-    return sum(alpha**i for i in range(min(lookahead, max(remaining, 1) - 1) + 1))
+    terms = min(lookahead, max(remaining, 1) - 1) + 1
+    return terms if alpha >= 1.0 else (1.0 - alpha**terms) / (1.0 - alpha)
 
 
 @dataclass(frozen=True)
