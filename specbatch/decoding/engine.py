@@ -145,7 +145,6 @@ class Engine:
         self._calibrated = False
         self._lookahead_steps: Counter[int] = Counter()
         self._tokens_per_row_step: Counter[int] = Counter()
-        self._catch_up_seconds = 0.0  # drafts' catch-up not yet charged to a speculative step
         self._memory = MemoryPeaks()
         self._snapshot = self._take_snapshot()
         # called at the start of every iteration, on the loop thread; raising fails the
@@ -426,9 +425,7 @@ class Engine:
                 and self.lookahead.catch_up_pays(r.remaining, r.seq_len - r.draft_cached, r.seq_len)
             ]
             if lagging:
-                started = time.perf_counter()
                 self.runner.prefill(lagging, "draft", self.prefill_chunk)
-                self._catch_up_seconds += time.perf_counter() - started
 
     def _decode(self) -> dict[Row, list[int]]:
         """One decode step over every prefilled row; the committed tokens per row."""
@@ -477,11 +474,7 @@ class Engine:
     def _record_step(
         self, rows: list[Row], k: int, tokens: list[list[int]], accepted: list[int], seconds: float
     ) -> None:
-        """Tell the policy what K delivered (a plain step: K = 0); a speculative step
-        carries the drafts' catch-up since the last one, which speculating cost too."""
-        if k > 0:
-            seconds += self._catch_up_seconds
-            self._catch_up_seconds = 0.0
+        """Tell the policy what K delivered (a plain step: K = 0)."""
         self.lookahead.record(
             StepOutcome(
                 lookahead=k,
