@@ -11,11 +11,11 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
 
 - K = 0 is always an arm; its token count is exact (one per row), so only its time
   is corrected.
-- A speculative arm that has run little borrows what the speculative arms tried in its
-  bucket say of it (their corrections on a line in K): when speculation costs more
-  than predicted, every K > 0 learns it from the first Ks tried.
-- Evidence is discounted per step (recent steps weigh most), so a changed cost or
-  acceptance is learnt again: an arm left alone falls back to what the cost model
+- A speculative arm that has run little borrows what the arms tried in its bucket say
+  of it (their ratios on a line in K): when speculation costs more, or acceptance is
+  lower, than predicted, every K > 0 learns it from the first Ks tried.
+- Evidence is discounted (recent steps weigh most), so a changed cost or acceptance
+  is learnt again: an arm left alone falls back, slowly, to what the cost model
   (itself refitted on every pass) predicts, and its optimism bonus grows as its
   evidence fades (discounted UCB, Garivier and Moulines 2011), so a K is retried when
   its corrected goodput comes close to the best's. The bonus is divided by the K's
@@ -27,10 +27,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# Evidence older by n steps of a bucket weighs DISCOUNT**n (about 100 steps of memory).
+# Per step of a bucket, the arm that ran keeps DISCOUNT of its evidence (about 100 of
+# its own steps of memory) and the others IDLE_DISCOUNT (about 400 steps): a K left
+# alone fades back to the cost model's word slowly, so a K that lost is not retried
+# every few dozen steps, yet is retried in the end.
 DISCOUNT = 0.99
+IDLE_DISCOUNT = 0.9975
 # Weight, in steps, of an arm's prior (what the other arms say, or 1 before any says).
 PRIOR_STEPS = 2.0
+# Ridge on the slope of the line through the arms' ratios, in steps x K²: the weight
+# of a flat line (eight steps one K away from the mean).
+SLOPE_PRIOR = 8.0
 # Scale of the optimism bonus: a K whose evidence has faded is retried when its
 # corrected goodput is within about this fraction (times a few) of the best's.
 EXPLORATION = 0.03
@@ -38,24 +45,37 @@ EXPLORATION = 0.03
 
 @dataclass
 class _Evidence:
-    """Discounted sums of one arm: steps, realised/predicted tokens and seconds."""
+    """Discounted sums of one arm's steps: predicted and realised tokens and seconds."""
 
     steps: float = 0.0
-    token_ratio: float = 0.0
-    time_ratio: float = 0.0
+    predicted_tokens: float = 0.0
+    realised_tokens: float = 0.0
+    predicted_seconds: float = 0.0
+    realised_seconds: float = 0.0
 
-    def decay(self) -> None:
-        self.steps *= DISCOUNT
-        self.token_ratio *= DISCOUNT
-        self.time_ratio *= DISCOUNT
+    def decay(self, factor: float) -> None:
+        self.steps *= factor
+        self.predicted_tokens *= factor
+        self.realised_tokens *= factor
+        self.predicted_seconds *= factor
+        self.realised_seconds *= factor
 
-    def corrections(self, prior: tuple[float, float]) -> tuple[float, float]:
-        """(tokens, seconds) realised per predicted, shrunk towards ``prior``."""
-        weight = self.steps + PRIOR_STEPS
-        return (
-            (self.token_ratio + PRIOR_STEPS * prior[0]) / weight,
-            (self.time_ratio + PRIOR_STEPS * prior[1]) / weight,
-        )
+    def add(self, predicted: tuple[float, float], realised: tuple[float, float]) -> None:
+        self.steps += 1
+        self.predicted_tokens += predicted[0]
+        self.realised_tokens += realised[0]
+        self.predicted_seconds += predicted[1]
+        self.realised_seconds += realised[1]
+
+
+def _shrunk(realised: float, predicted: float, steps: float, prior: float) -> float:
+    """Realised per predicted over ``steps`` steps (a ratio of sums: one step's outcome,
+    a run of 1 to K + 1 tokens, is far noisier than their total), shrunk towards
+    ``prior`` with the weight of PRIOR_STEPS steps."""
+    if steps <= 0 or predicted <= 0:
+        return prior
+    per_step = predicted / steps
+    return (realised + PRIOR_STEPS * prior * per_step) / (predicted + PRIOR_STEPS * per_step)
 
 
 @dataclass
@@ -65,31 +85,44 @@ class _Bucket:
     def arm(self, k: int) -> _Evidence:
         return self.arms.setdefault(k, _Evidence())
 
-    def speculative_prior(self, k: int) -> tuple[float, float]:
-        """What the speculative arms tried so far say of K = ``k``: their corrections on a
-        line in K (a mispriced verify token or draft pass errs in proportion to K), shrunk
-        towards 1 by how much evidence there is."""
-        tried = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
-        weight = sum(e.steps for _, e in tried)
-        if not tried:
-            return 1.0, 1.0
-        tokens = _line_at(k, [(j, e.steps, e.token_ratio / e.steps) for j, e in tried])
-        seconds = _line_at(k, [(j, e.steps, e.time_ratio / e.steps) for j, e in tried])
+    def corrections(self, k: int) -> tuple[float, float]:
+        """K's (tokens, seconds) realised per predicted."""
+        arm = self.arms.get(k, _Evidence())
+        if k == 0:
+            return 1.0, _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, 1.0)
+        speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
+        token_prior = _speculative_prior(
+            k, [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
+        )
+        time_prior = _speculative_prior(
+            k, [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
+        )
         return (
-            (weight * tokens + PRIOR_STEPS) / (weight + PRIOR_STEPS),
-            (weight * seconds + PRIOR_STEPS) / (weight + PRIOR_STEPS),
+            _shrunk(arm.realised_tokens, arm.predicted_tokens, arm.steps, token_prior),
+            _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, time_prior),
         )
 
 
+def _speculative_prior(k: int, points: list[tuple[int, float, float]]) -> float:
+    """What the speculative arms tried so far say of K = ``k``: their (K, steps, ratio)
+    on a line in K (an acceptance or a per-token cost mispredicted errs more the
+    longer K is), shrunk towards 1 by how much evidence there is."""
+    if not points:
+        return 1.0
+    weight = sum(w for _, w, _ in points)
+    return (weight * _line_at(k, points) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
+
+
 def _line_at(k: int, points: list[tuple[int, float, float]]) -> float:
-    """The weighted least-squares line through (K, weight, ratio) points, at ``k``; the
-    weighted mean when the points share one K. Kept within the ratios seen, so a line
-    through two close Ks is not carried far past them."""
+    """The weighted least-squares line through (K, weight, ratio) points, at ``k``. Its
+    slope is shrunk towards 0 (ridge, SLOPE_PRIOR): an arm run once or twice must not
+    tilt what every other K is expected to deliver. Kept within the ratios seen, so a
+    line through two close Ks is not carried far past them."""
     total = sum(w for _, w, _ in points)
     mean_k = sum(w * j for j, w, _ in points) / total
     mean_r = sum(w * r for _, w, r in points) / total
-    spread = sum(w * (j - mean_k) ** 2 for j, w, _ in points)
-    slope = sum(w * (j - mean_k) * (r - mean_r) for j, w, r in points) / spread if spread > 0 else 0.0
+    spread = sum(w * (j - mean_k) ** 2 for j, w, _ in points) + SLOPE_PRIOR
+    slope = sum(w * (j - mean_k) * (r - mean_r) for j, w, r in points) / spread
     low, high = min(r for *_, r in points), max(r for *_, r in points)
     reach = high - low
     return min(high + reach, max(low - reach, mean_r + slope * (k - mean_k), 0.05 * low))
@@ -114,18 +147,13 @@ class RealisedGoodput:
         if min(*predicted, *realised) <= 0:
             return
         bucket = self._buckets.setdefault(batch_bucket(rows), _Bucket())
-        for evidence in bucket.arms.values():
-            evidence.decay()
-        arm = bucket.arm(k)
-        arm.steps += 1
-        arm.token_ratio += 1.0 if k == 0 else realised[0] / predicted[0]
-        arm.time_ratio += realised[1] / predicted[1]
+        for arm, evidence in bucket.arms.items():
+            evidence.decay(DISCOUNT if arm == k else IDLE_DISCOUNT)
+        bucket.arm(k).add(predicted, realised)
 
     def corrections(self, rows: int, k: int) -> tuple[float, float]:
         """A K's (tokens, seconds) realised per predicted at this batch size."""
-        bucket = self._buckets.get(batch_bucket(rows), _Bucket())
-        prior = (1.0, 1.0) if k == 0 else bucket.speculative_prior(k)
-        return bucket.arms.get(k, _Evidence()).corrections(prior)
+        return self._buckets.get(batch_bucket(rows), _Bucket()).corrections(k)
 
     def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
         """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
