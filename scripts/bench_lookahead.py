@@ -5,7 +5,8 @@ Pairs: the controlled pairs on the embedded default's shapes (a50, a70, a90: 6-l
 target, 2-layer draft) and the 12-layer controlled pair at α = 0.9 (``a90-12L``, the
 decoding benchmark's shapes). Every policy gets its own engine per pair, built and
 warmed up (calibration included) before anything is timed, and keeps it across
-concurrencies and rounds as a server would. Each measurement is a closed loop at a
+concurrencies and rounds as a server would; the policies that learn (the rule,
+goodput) run one untimed window at each concurrency before its rounds. Each measurement is a closed loop at a
 fixed concurrency over a time window: clients submit the workload of
 scripts/bench_continuous.py (60 % of rows 8-32 new tokens, 40 % 96-256; greedy;
 end-of-sequence off) one request after another, the tokens streamed inside the window
@@ -50,6 +51,7 @@ logger = logging.getLogger("bench_lookahead")
 
 FIXED = tuple(f"fixed_{k}" for k in range(1, MAX_LOOKAHEAD + 1))
 POLICIES = ("target_only", *FIXED, "adaptive_rule", "goodput")
+LEARNING = ("adaptive_rule", "goodput")  # the policies whose choice depends on what they have seen
 PAIRS = {
     **{name: (TINY_SPEC, alpha) for name, alpha in CONTROLLED_ALPHAS.items()},
     "a90-12L": (BENCH_SPEC, 0.9),
@@ -147,6 +149,9 @@ def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
     }
     rows = []
     for concurrency in args.concurrency:
+        for policy in LEARNING:  # an untimed window: they meet this batch size before they are timed at it
+            mode = "speculative"
+            windowed_closed_loop(engines[policy], jobs, concurrency, mode, args.warm, args.window)
         for round_index in range(args.rounds):
             shift = (round_index * 4 + concurrency) % len(POLICIES)
             order = POLICIES[shift:] + POLICIES[:shift]
