@@ -205,6 +205,25 @@ def test_goodput_keeps_its_evidence_per_batch_size() -> None:
     assert policy.choose(large) > 0, "what 4 rows taught says nothing of 32"
 
 
+def test_goodput_prices_the_padded_verify_a_compiled_step_runs() -> None:
+    # compute-bound target: a verify costs per token fed, so K = 1 padded to 8 columns
+    # costs what K = 8 costs, and pays less
+    costs = _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    static = Shapes(static=True)
+    exact = GoodputLookahead(costs)
+    padded = GoodputLookahead(costs, verify_columns=static.lookahead, padded_rows=static.batch)
+    batch = BatchShape(alphas=[0.9] * 3, remaining=[100] * 3, span=10)
+    assert padded.predict(batch, 1)[0] == exact.predict(batch, 1)[0]
+    verify_difference = costs["target"].predict(4 * 9, 4 * 11, 4 * 9 * 11) - costs["target"].predict(
+        3 * 2, 3 * 11, 3 * 2 * 11
+    )
+    draft_difference = costs["draft"].predict(4, 4 * 11, 4 * 11) - costs["draft"].predict(3, 3 * 11, 3 * 11)
+    assert padded.predict(batch, 1)[1] - exact.predict(batch, 1)[1] == pytest.approx(
+        verify_difference + draft_difference
+    )
+    assert padded.goodput(batch, 1) < padded.goodput(batch, 8)
+
+
 def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
     costs = PassCosts()
     for tokens, slots, pairs in ((1, 10, 10), (8, 10, 80), (1, 500, 500), (8, 500, 900), (32, 100, 3200)):
