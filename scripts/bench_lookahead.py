@@ -52,11 +52,17 @@ logger = logging.getLogger("bench_lookahead")
 FIXED = tuple(f"fixed_{k}" for k in range(1, MAX_LOOKAHEAD + 1))
 POLICIES = ("target_only", *FIXED, "adaptive_rule", "goodput")
 LEARNING = ("adaptive_rule", "goodput")  # the policies whose choice depends on what they have seen
+# name: (shapes, acceptance, time scale). The 12-layer pair's passes cost about three
+# times the tiny pair's on a 2-core CPU, so its runs last twice as long.
 PAIRS = {
-    **{name: (TINY_SPEC, alpha) for name, alpha in CONTROLLED_ALPHAS.items()},
-    "a90-12L": (BENCH_SPEC, 0.9),
+    **{name: (TINY_SPEC, alpha, 1.0) for name, alpha in CONTROLLED_ALPHAS.items()},
+    "a90-12L": (BENCH_SPEC, 0.9, 2.0),
 }
 PROMPT_RANGE = (16, 256)
+# Seconds of warm-up per concurrent client, on top of --warm: every run starts from an
+# empty engine and a burst of prompts, which takes longer to turn into steady decoding
+# the more clients there are.
+WARM_PER_CLIENT = 0.04
 
 
 def _lookahead(policy: str) -> int | str:
@@ -148,10 +154,11 @@ def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
         for policy in tqdm(POLICIES, desc=f"{name} warm-up", leave=False)
     }
     rows = []
+    scale = PAIRS[name][2]
     for concurrency in args.concurrency:
+        warm, window = scale * (args.warm + WARM_PER_CLIENT * concurrency), scale * args.window
         for policy in LEARNING:  # an untimed window: they meet this batch size before they are timed at it
-            mode = "speculative"
-            windowed_closed_loop(engines[policy], jobs, concurrency, mode, args.warm, args.window)
+            windowed_closed_loop(engines[policy], jobs, concurrency, "speculative", warm, window)
         for round_index in range(args.rounds):
             shift = (round_index * 4 + concurrency) % len(POLICIES)
             order = POLICIES[shift:] + POLICIES[:shift]
@@ -159,7 +166,7 @@ def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
                 engine = engines[policy]
                 before = engine.lookahead_steps
                 mode = "target_only" if policy == "target_only" else "speculative"
-                rate = windowed_closed_loop(engine, jobs, concurrency, mode, args.warm, args.window)
+                rate = windowed_closed_loop(engine, jobs, concurrency, mode, warm, window)
                 after = engine.lookahead_steps
                 steps = {k: after.get(k, 0) - before.get(k, 0) for k in after}
                 rows.append(
@@ -301,7 +308,7 @@ def plot(cells: list[dict], path: Path) -> None:
 
 
 def load_pair(name: str, models: Path) -> ModelPair:
-    spec, alpha = PAIRS[name]
+    spec, alpha, _ = PAIRS[name]
     directory = (
         models / ("controlled_bench" if spec is BENCH_SPEC else "controlled_tiny") / name.split("-")[0]
     )
@@ -324,7 +331,9 @@ def main() -> None:
     parser.add_argument("--pairs", nargs="+", choices=sorted(PAIRS), default=None)
     parser.add_argument("--concurrency", nargs="+", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None, help="repeats of every policy (default 3)")
-    parser.add_argument("--warm", type=float, default=None, help="seconds of each run before the window")
+    parser.add_argument(
+        "--warm", type=float, default=None, help="seconds of each run before the window (+0.04 s per client)"
+    )
     parser.add_argument("--window", type=float, default=None, help="seconds of each run's window")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_lookahead.png"))
@@ -332,8 +341,8 @@ def main() -> None:
     args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(PAIRS))
     args.concurrency = args.concurrency or ([1, 32] if args.quick else [1, 4, 16, 32])
     args.rounds = args.rounds or (2 if args.quick else 3)
-    args.warm = args.warm if args.warm is not None else (0.5 if args.quick else 0.7)
-    args.window = args.window if args.window is not None else (1.0 if args.quick else 1.8)
+    args.warm = args.warm if args.warm is not None else 0.4
+    args.window = args.window if args.window is not None else (1.0 if args.quick else 1.5)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
     torch.manual_seed(0)
@@ -350,7 +359,8 @@ def main() -> None:
         f"\n## K policies, closed loop ({'quick' if args.quick else 'full'}, commit {commit}, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"{torch.get_num_threads()} threads, "
-        f"{args.rounds} rounds of {args.warm:.1f} s + {args.window:.1f} s windows, "
+        f"{args.rounds} rounds of {args.warm:.1f} s + {WARM_PER_CLIENT} s per client + {args.window:.1f} s "
+        "windows (twice as long on a90-12L), "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
     print(table(cells))
