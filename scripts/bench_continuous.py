@@ -1,4 +1,4 @@
-"""Continuous vs static batching, speculation under load, and KV memory, side by side.
+"""Continuous vs static batching and KV memory, side by side.
 
 On the controlled-acceptance pairs (a50, a70, a90: target = draft + ε-scaled layers;
 ``--spec tiny`` builds them on the embedded default's shapes, whose passes cost about
@@ -11,10 +11,11 @@ tokens; greedy; end-of-sequence off so every row runs its budget):
    formed, then run to completion) vs continuous batching, each target-only and
    speculative (goodput K). The offered rate is ``--load`` times the capacity of
    continuous target-only decoding, measured first on a burst of the same workload.
-2. Closed loop at concurrency 1, 4, 16, 32 per pair: target-only, fixed K = 4, the
-   seed's rolling-window rule and the goodput model.
-3. KV memory: the pool's peak (blocks x block size) against the tokens rows held at
+2. KV memory: the pool's peak (blocks x block size) against the tokens rows held at
    that moment and against one rectangular cache per batch.
+
+Which K policy pays under load (every fixed K, the rule, goodput; closed loop at
+concurrency 1 to 32) is scripts/bench_lookahead.py.
 
     python scripts/bench_continuous.py --quick --out results/bench_continuous.json
 
@@ -48,9 +49,6 @@ from specbatch.decoding.tokenizer_build import corpus
 from specbatch.figures import save_figure
 
 logger = logging.getLogger("bench_continuous")
-
-POLICIES = ("target_only", "fixed_4", "adaptive_rule", "goodput")
-
 
 @dataclass(frozen=True)
 class Job:
@@ -117,31 +115,6 @@ def run_open_loop(engine: Engine, jobs: list[Job], arrivals: list[float], mode: 
         engine.submit(_request(job), sink, key=0, mode=mode)
     for _ in jobs:
         done.acquire()
-    return timings
-
-
-def run_closed_loop(engine: Engine, jobs: list[Job], concurrency: int, mode: str) -> dict[int, Timing]:
-    """``concurrency`` clients, each submitting its next job when the last one finished."""
-    timings = {i: Timing() for i in range(len(jobs))}
-    queue = list(range(len(jobs)))
-    lock = threading.Lock()
-
-    def client() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                index = queue.pop(0)
-            done = threading.Semaphore(0)
-            timings[index].submitted = time.monotonic()
-            engine.submit(_request(jobs[index]), _Sink({0: timings[index]}, done), key=0, mode=mode)
-            done.acquire()
-
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
     return timings
 
 
@@ -223,33 +196,6 @@ def _mean_k(steps: dict[int, int]) -> float:
     return sum(k * n for k, n in steps.items()) / total if total else 0.0
 
 
-def closed_loop(pair_name: str, pair: ModelPair, args) -> list[dict]:
-    rows = []
-    for concurrency in args.concurrency:
-        jobs = make_workload(pair, max(args.closed_requests, concurrency), 13, args.prompt_range)
-        baseline = None
-        for policy in tqdm(POLICIES, desc=f"{pair_name} c={concurrency}", leave=False):
-            lookahead = {"target_only": 0, "fixed_4": 4}.get(policy, policy)
-            engine = _engine(pair, lookahead)
-            mode = "target_only" if policy == "target_only" else "speculative"
-            summary = summarise(run_closed_loop(engine, jobs, concurrency, mode))
-            if baseline is None:
-                baseline = summary["tokens_per_s"]
-            rows.append(
-                {
-                    "part": "closed_loop",
-                    "pair": pair_name,
-                    "concurrency": concurrency,
-                    "lookahead": policy,
-                    "tokens_per_s": summary["tokens_per_s"],
-                    "speedup_vs_target_only": summary["tokens_per_s"] / baseline,
-                    "mean_k": _mean_k(engine.lookahead_steps),
-                    "acceptance": engine.acceptance,
-                }
-            )
-    return rows
-
-
 def open_loop_table(rows: list[dict]) -> str:
     lines = [
         "| pair | mode | batching | rate req/s | tokens/s | TTFT p50 / p95 s | e2e p50 / p95 s "
@@ -267,26 +213,7 @@ def open_loop_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def closed_loop_table(rows: list[dict]) -> str:
-    lines = [
-        "| pair | concurrency | " + " | ".join(f"{p} tok/s (x, mean K)" for p in POLICIES) + " |",
-        "|---|---|" + "---|" * len(POLICIES),
-    ]
-    keys = sorted({(r["pair"], r["concurrency"]) for r in rows})
-    for pair, concurrency in keys:
-        cells = []
-        for policy in POLICIES:
-            r = next(
-                x
-                for x in rows
-                if (x["pair"], x["concurrency"], x["lookahead"]) == (pair, concurrency, policy)
-            )
-            cells.append(f"{r['tokens_per_s']:.0f} ({r['speedup_vs_target_only']:.2f}x, {r['mean_k']:.1f})")
-        lines.append(f"| {pair} | {concurrency} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def verdicts(open_rows: list[dict], closed_rows: list[dict]) -> list[str]:
+def verdicts(open_rows: list[dict]) -> list[str]:
     out = []
     for pair in sorted({r["pair"] for r in open_rows}):
         for mode in ("target_only", "speculative"):
@@ -299,18 +226,6 @@ def verdicts(open_rows: list[dict], closed_rows: list[dict]) -> list[str]:
                 f"{pair} {mode}: continuous/static throughput {ratio:.2f}x (target >= 1.5x), "
                 f"TTFT p95 {cont['ttft_p95_s']:.2f} s vs {static['ttft_p95_s']:.2f} s"
             )
-    goodput = [r for r in closed_rows if r["lookahead"] == "goodput"]
-    if goodput:
-        worst = min(goodput, key=lambda r: r["speedup_vs_target_only"])
-        out.append(
-            f"goodput vs target-only: worst {worst['speedup_vs_target_only']:.2f}x "
-            f"({worst['pair']}, concurrency {worst['concurrency']}; target >= 0.97x)"
-        )
-        best_c1 = [r for r in goodput if r["pair"] == "a90" and r["concurrency"] == 1]
-        if best_c1:
-            out.append(
-                f"goodput a90 concurrency 1: {best_c1[0]['speedup_vs_target_only']:.2f}x (target >= 1.5x)"
-            )
     for r in open_rows:
         if r["batching"] == "continuous":
             out.append(
@@ -322,13 +237,13 @@ def verdicts(open_rows: list[dict], closed_rows: list[dict]) -> list[str]:
     return out
 
 
-def plot(open_rows: list[dict], closed_rows: list[dict], path: Path) -> None:
+def plot(open_rows: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     labels = [f"{r['pair']}\n{r['mode']}\n{r['batching']}" for r in open_rows]
     colours = ["tab:grey" if r["batching"] == "static" else "tab:blue" for r in open_rows]
     axes[0].bar(range(len(open_rows)), [r["tokens_per_s"] for r in open_rows], color=colours)
@@ -338,21 +253,6 @@ def plot(open_rows: list[dict], closed_rows: list[dict], path: Path) -> None:
     axes[1].bar(range(len(open_rows)), [r["ttft_p95_s"] for r in open_rows], color=colours)
     axes[1].set_xticks(range(len(open_rows)), labels, fontsize=6)
     axes[1].set_ylabel("TTFT p95 (s)")
-    for pair in sorted({r["pair"] for r in closed_rows}):
-        for policy in POLICIES[1:]:
-            points = sorted(
-                (r["concurrency"], r["speedup_vs_target_only"])
-                for r in closed_rows
-                if r["pair"] == pair and r["lookahead"] == policy
-            )
-            xs, ys = zip(*points, strict=True)
-            axes[2].plot(xs, ys, "o-" if policy == "goodput" else "x--", label=f"{pair} {policy}")
-    axes[2].axhline(1.0, color="grey", lw=0.8)
-    axes[2].set_xscale("log", base=2)
-    axes[2].set_xlabel("concurrency (closed loop)")
-    axes[2].set_ylabel("tokens/s over target-only")
-    axes[2].legend(fontsize=6)
-    axes[2].set_title("speculation under load")
     save_figure(fig, path, dpi=110)
 
 
@@ -360,18 +260,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="smaller runs (about 6 minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="30 requests, a50 and a90")
     parser.add_argument("--spec", choices=("tiny", "bench"), default="tiny", help="shapes of the pairs")
     parser.add_argument("--models", type=Path, help="default .models/controlled_<spec>")
     parser.add_argument("--pairs", nargs="+", default=None, help="default a50 a70 a90 (a50 a90 with --quick)")
-    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16, 32])
     parser.add_argument("--load", type=float, default=0.9, help="open-loop rate / continuous capacity")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_continuous.png"))
     args = parser.parse_args()
     args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(CONTROLLED_ALPHAS))
     args.open_requests = 30 if args.quick else 120
-    args.closed_requests = 6 if args.quick else 64
     args.prompt_range = (16, 512)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
@@ -381,13 +279,11 @@ def main() -> None:
     built = build_benchmark_pairs(args.models or Path(f".models/controlled_{args.spec}"), spec=spec)
     started = time.perf_counter()
     open_rows: list[dict] = []
-    closed_rows: list[dict] = []
     for name in args.pairs:
         pair_dir = built[name][0].parent
         pair = load_model_pair(str(pair_dir / "target"), str(pair_dir / "draft"))
         pair.eos_token_ids.clear()  # every row runs its full budget
         open_rows.extend(open_loop(name, pair, args))
-        closed_rows.extend(closed_loop(name, pair, args))
 
     print(
         f"\n## Continuous batching benchmark ({'quick' if args.quick else 'full'}, {args.spec} pairs, "
@@ -395,13 +291,11 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, {time.perf_counter() - started:.0f} s)\n"
     )
     print(open_loop_table(open_rows))
-    print()
-    print(closed_loop_table(closed_rows))
-    print("\n" + "\n".join(f"- {line}" for line in verdicts(open_rows, closed_rows)))
+    print("\n" + "\n".join(f"- {line}" for line in verdicts(open_rows)))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(open_rows + closed_rows, indent=2) + "\n")
-    plot(open_rows, closed_rows, args.plot)
+        args.out.write_text(json.dumps(open_rows, indent=2) + "\n")
+    plot(open_rows, args.plot)
     print(f"\nplot: {args.plot}")
 
 

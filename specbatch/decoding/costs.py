@@ -26,7 +26,7 @@ class PassCosts:
 
     def __init__(self, window: int = WINDOW) -> None:
         self._observations: deque[tuple[float, float, float, float]] = deque(maxlen=window)
-        self._coefficients = np.zeros(4)
+        self._terms = (0.0, 0.0, 0.0, 0.0)  # the coefficients as floats: predict runs per K per step
         self._since_fit = 0
 
     @property
@@ -42,7 +42,8 @@ class PassCosts:
     def predict(self, tokens: float, slots: float, pairs: float) -> float:
         """Seconds for a pass feeding ``tokens`` tokens, gathering ``slots`` KV slots and
         attending ``pairs`` query-key pairs."""
-        return float(self._coefficients @ np.array([1.0, tokens, slots, pairs]))
+        constant, per_token, per_slot, per_pair = self._terms
+        return constant + per_token * tokens + per_slot * slots + per_pair * pairs
 
     def _fit(self) -> None:
         self._since_fit = 0
@@ -61,4 +62,4 @@ class PassCosts:
                 coefficients[active] = solution
                 break
             active.pop(int(np.argmin(solution)))
-        self._coefficients = coefficients
+        self._terms = tuple(float(c) for c in coefficients)

@@ -34,7 +34,13 @@ from dataclasses import dataclass
 import torch
 
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError, blocks_in_budget
-from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, LookaheadPolicy, make_lookahead
+from specbatch.decoding.lookahead import (
+    MAX_LOOKAHEAD,
+    BatchShape,
+    LookaheadPolicy,
+    StepOutcome,
+    make_lookahead,
+)
 from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.prefix_cache import PrefixCache
 from specbatch.decoding.requests import (
@@ -128,7 +134,10 @@ class Engine:
         self.pool = BlockPool(int(num_blocks), block_size)
         self.prefixes = PrefixCache(self.pool, enabled=prefix_caching)
         self.runner = StepRunner(pair, self.pool, compile)
-        self.lookahead: LookaheadPolicy = make_lookahead(lookahead, self.runner.costs)
+        shapes = self.runner.shapes
+        self.lookahead: LookaheadPolicy = make_lookahead(
+            lookahead, self.runner.costs, shapes.lookahead, shapes.batch
+        )
         self._acceptance = AcceptanceTracker()
         self._stop_rules = StopRules(
             pair.eos_token_ids, lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=True)
@@ -145,6 +154,7 @@ class Engine:
         self._preemptions = 0
         self._calibrated = False
         self._lookahead_steps: Counter[int] = Counter()
+        self._tokens_per_row_step: Counter[int] = Counter()
         self._memory = MemoryPeaks()
         self._snapshot = self._take_snapshot()
         # called at the start of every iteration, on the loop thread; raising fails the
@@ -239,6 +249,11 @@ class Engine:
     def lookahead_steps(self) -> dict[int, int]:
         """Decode steps run so far per K (0 = plain), for benchmarks and examples."""
         return dict(self._lookahead_steps)
+
+    @property
+    def tokens_per_row_step(self) -> dict[int, int]:
+        """Row-steps so far per number of tokens a row committed in one decode step."""
+        return dict(self._tokens_per_row_step)
 
     @property
     def memory_peaks(self) -> MemoryPeaks:
@@ -458,27 +473,50 @@ class Engine:
         committed: dict[Row, list[int]] = {}
         self._lookahead_steps[k if spec_rows else 0] += 1
         if spec_rows:
+            started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
-            self.lookahead.record(k * len(spec_rows), sum(counts))
+            self._record_step(spec_rows, k, tokens, counts, time.perf_counter() - started)
             self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
         if plain_target:
-            committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
+            started = time.perf_counter()
+            tokens = self.runner.plain_step(plain_target, "target")
+            committed.update(zip(plain_target, tokens, strict=True))
+            if not spec_rows:
+                self._record_step(plain_target, 0, tokens, [], time.perf_counter() - started)
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
+        self._tokens_per_row_step.update(len(t) for t in committed.values())
         return committed
 
-    def _choose_lookahead(self, rows: list[Row]) -> int:
-        if not rows:
-            return 0
-        prior = self._acceptance.alpha
-        shape = BatchShape(
+    def _batch_shape(self, rows: list[Row]) -> BatchShape:
+        prior = self._acceptance.optimistic_alpha
+        return BatchShape(
             alphas=[r.alpha(prior) for r in rows],
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
         )
-        k = self.lookahead.choose(shape)
+
+    def _choose_lookahead(self, rows: list[Row]) -> int:
+        if not rows:
+            return 0
+        k = self.lookahead.choose(self._batch_shape(rows))
         return max(0, min(k, max(r.remaining for r in rows) - 1))
+
+    def _record_step(
+        self, rows: list[Row], k: int, tokens: list[list[int]], accepted: list[int], seconds: float
+    ) -> None:
+        """Tell the policy what K delivered (a plain step: K = 0)."""
+        self.lookahead.record(
+            StepOutcome(
+                lookahead=k,
+                batch=self._batch_shape(rows),
+                drafted=k * len(rows),
+                accepted=sum(accepted),
+                committed=sum(len(t) for t in tokens),
+                seconds=seconds,
+            )
+        )
 
     def _make_room(self, rows: list[Row], k: int) -> int:
         """Grow every row to hold this step's tokens: with K if the pool allows, else
@@ -580,6 +618,8 @@ class Engine:
             step_seconds=self._step_seconds,
             seconds_per_token=self._seconds_per_token,
             lookahead=self.lookahead.k,
+            lookahead_steps=_counts(self._lookahead_steps, MAX_LOOKAHEAD),
+            tokens_per_row_step=_counts(self._tokens_per_row_step, MAX_LOOKAHEAD + 1),
             preemptions=self._preemptions,
             max_rows=self.max_rows,
             prefix_hit_tokens=prefixes.hit_tokens,
@@ -593,6 +633,11 @@ class Engine:
 def _lags(row: Row) -> bool:
     """The draft misses more than a speculative step's first pass feeds."""
     return row.seq_len - row.draft_cached > MAX_DRAFT_CATCH_UP
+
+
+def _counts(counter: Counter[int], largest: int) -> tuple[int, ...]:
+    """A counter over 0..largest as a tuple indexed by value."""
+    return tuple(counter.get(value, 0) for value in range(largest + 1))
 
 
 def _smooth(previous: float, value: float) -> float:

@@ -1,11 +1,13 @@
 """How many tokens the draft proposes per step (K), three ways.
 
 - ``goodput`` (the default, after SmartSpec, arXiv 2406.14066): pick the K in 0..8 that
-  maximises expected committed tokens per second for the batch that is running, from
-  each row's measured acceptance α and the measured costs of a draft pass c(B) and a
-  verify pass v(B, K) at that batch size. K = 0 is plain target decoding, so under load
-  (where verify costs grow with K) speculation switches itself off instead of slowing
-  the server down.
+  maximises committed tokens per second for the batch that is running. The prediction
+  comes from each row's measured acceptance α and the fitted costs of a draft pass c(B)
+  and a verify pass v(B, K) at that batch size (at the padded shapes the step runs);
+  what each K then actually delivered corrects it (:mod:`specbatch.decoding.realised`).
+  K = 0 is plain target decoding and always a candidate, so where speculation does
+  not pay (low acceptance, or under load where verify costs grow with K) it switches
+  itself off instead of slowing the server down.
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].
@@ -19,17 +21,18 @@ should use the step's K (per-row K only pays when the pass cost follows per-row 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from specbatch.decoding.costs import PassCosts
+from specbatch.decoding.realised import RealisedGoodput
 
 MIN_LOOKAHEAD = 1
 MAX_LOOKAHEAD = 8
-# Speculate only when the model predicts at least this gain over plain decoding: the
-# cost model is an estimate, and plain decoding is the safe side of a close call.
-GOODPUT_MARGIN = 1.03
+# Speculate only when the corrected goodput is at least this gain over plain decoding:
+# plain decoding is the safe side of a close call.
+GOODPUT_MARGIN = 1.01
 # A lagging draft is caught up (a prefill of what it missed) only when the time the row
 # is expected to save by speculating is this many times the catch-up pass.
 CATCH_UP_MARGIN = 2.0
@@ -53,7 +56,8 @@ def next_lookahead(current: int, acceptance: float) -> int:
 def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
     """Tokens a row commits in one step with K = ``lookahead`` when each draft token is
     accepted with probability ``alpha``: 1 + α + … + α^K, capped by its budget."""
-    return sum(alpha**i for i in range(min(lookahead, max(remaining, 1) - 1) + 1))
+    terms = min(lookahead, max(remaining, 1) - 1) + 1
+    return terms if alpha >= 1.0 else (1.0 - alpha**terms) / (1.0 - alpha)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,20 @@ class BatchShape:
     span: int
 
 
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one decode step delivered for the rows that ran it with K = ``lookahead``
+    (0: a plain step): the batch they formed, the draft tokens proposed and accepted,
+    the tokens committed and the seconds the step's passes took."""
+
+    lookahead: int
+    batch: BatchShape
+    drafted: int
+    accepted: int
+    committed: int
+    seconds: float
+
+
 class LookaheadPolicy(Protocol):
     """What the engine asks of a lookahead policy each step."""
 
@@ -74,7 +92,7 @@ class LookaheadPolicy(Protocol):
 
     def choose(self, batch: BatchShape) -> int: ...
 
-    def record(self, drafted: int, accepted: int) -> None: ...
+    def record(self, step: StepOutcome) -> None: ...
 
     def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool: ...
 
@@ -90,8 +108,8 @@ class FixedLookahead:
     def choose(self, batch: BatchShape) -> int:
         return self.k
 
-    def record(self, drafted: int, accepted: int) -> None:
-        """A fixed K ignores acceptance."""
+    def record(self, step: StepOutcome) -> None:
+        """A fixed K ignores what it delivered."""
 
     def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
         return self.k > 0
@@ -111,11 +129,11 @@ class RuleLookahead:
     def choose(self, batch: BatchShape) -> int:
         return self.k
 
-    def record(self, drafted: int, accepted: int) -> None:
+    def record(self, step: StepOutcome) -> None:
         """Feed one step's batch totals; K moves by the rule on the window's rate."""
-        if drafted <= 0:
+        if step.drafted <= 0:
             return
-        self._window.append((drafted, accepted))
+        self._window.append((step.drafted, step.accepted))
         total_drafted = sum(d for d, _ in self._window)
         total_accepted = sum(a for _, a in self._window)
         self.k = next_lookahead(self.k, total_accepted / total_drafted)
@@ -125,54 +143,91 @@ class RuleLookahead:
 
 
 class GoodputLookahead:
-    """K by expected committed tokens per second (``lookahead=goodput``).
+    """K by committed tokens per second (``lookahead=goodput``): predicted, then corrected
+    by what each K delivered.
 
     ``costs`` holds the fitted models of a target pass, a draft pass and the rest of a
     speculative or plain step (``step_speculative``, ``step_plain``: building inputs,
-    sampling, verification), which favours fewer, longer steps when it is large."""
+    sampling, verification), which favours fewer, longer steps when it is large.
+    ``verify_columns(k)`` is the draft columns a verify pass with K = k runs at (padded
+    under compilation) and ``padded_rows(n)`` the rows a pass of n rows runs at, so the
+    prediction prices the shape the step really runs; the realised correction prices
+    whatever else the padding costs."""
 
     name = "goodput"
 
-    def __init__(self, costs: dict[str, PassCosts]) -> None:
+    def __init__(
+        self,
+        costs: dict[str, PassCosts],
+        verify_columns: Callable[[int], int] = lambda k: k,
+        padded_rows: Callable[[int], int] = lambda rows: rows,
+    ) -> None:
         self.target_costs = costs["target"]
         self.draft_costs = costs["draft"]
         self.step_costs = {True: costs["step_speculative"], False: costs["step_plain"]}
+        self.verify_columns = verify_columns
+        self.padded_rows = padded_rows
+        self.realised = RealisedGoodput()
         self.k = 0
         self.saving_per_token = 0.0  # seconds per committed token the last choice saves
 
-    def goodput(self, batch: BatchShape, lookahead: int) -> float:
-        """Predicted committed tokens per second of one step with K = ``lookahead``."""
-        rows, span = len(batch.alphas), batch.span
+    def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
+        """Predicted (committed tokens, seconds) of one step with K = ``lookahead``."""
+        rows, span = self.padded_rows(len(batch.alphas)), batch.span
         overhead = self.step_costs[lookahead > 0].predict(rows, 0, 0)
         if lookahead == 0:
-            seconds = self.target_costs.predict(rows, rows * span, rows * span) + overhead
-            return rows / seconds if seconds > 0 else float("inf")
+            return len(batch.alphas), self.target_costs.predict(rows, rows * span, rows * span) + overhead
         committed = sum(
             expected_tokens(a, lookahead, r) for a, r in zip(batch.alphas, batch.remaining, strict=True)
         )
         draft_pass = self.draft_costs.predict(rows, rows * (span + lookahead), rows * (span + lookahead))
         verify_span = span + lookahead
-        verify_pass = self.target_costs.predict(
-            rows * (lookahead + 1), rows * verify_span, rows * (lookahead + 1) * verify_span
-        )
-        seconds = lookahead * draft_pass + verify_pass + overhead
-        return committed / seconds if seconds > 0 else float("inf")
+        fed = rows * (self.verify_columns(lookahead) + 1)
+        verify_pass = self.target_costs.predict(fed, rows * verify_span, fed * verify_span)
+        return committed, lookahead * draft_pass + verify_pass + overhead
+
+    def corrected(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
+        """(committed tokens, seconds) of one step with K = ``lookahead``: the cost
+        model's prediction corrected by what that K delivered at this batch size."""
+        tokens, seconds = self.predict(batch, lookahead)
+        token_factor, time_factor = self.realised.corrections(len(batch.alphas), lookahead)
+        return tokens * token_factor, seconds * time_factor
+
+    def goodput(self, batch: BatchShape, lookahead: int) -> float:
+        """Corrected committed tokens per second of one step with K = ``lookahead``."""
+        tokens, seconds = self.corrected(batch, lookahead)
+        return tokens / seconds if seconds > 0 else float("inf")
 
     def choose(self, batch: BatchShape) -> int:
         if not batch.alphas:
             return 0
-        plain = self.goodput(batch, 0)
-        best_k, best = 0, plain * GOODPUT_MARGIN
+        rows = len(batch.alphas)
+        steps = [self.corrected(batch, k) for k in range(MAX_LOOKAHEAD + 1)]
+        rates = [t / s if s > 0 else float("inf") for t, s in steps]
+        plain_seconds = steps[0][1]
+        scores = [
+            self.realised.optimistic(rows, k, rate, s / plain_seconds if plain_seconds > 0 else 1.0)
+            for k, (rate, (_, s)) in enumerate(zip(rates, steps, strict=True))
+        ]
+        best_k, best = 0, scores[0] * GOODPUT_MARGIN
         for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1):
-            value = self.goodput(batch, k)
-            if value > best:
-                best_k, best = k, value
+            if scores[k] > best:
+                best_k, best = k, scores[k]
         self.k = best_k
-        self.saving_per_token = 1 / plain - 1 / best if best_k and 0 < plain < float("inf") else 0.0
+        plain, chosen = rates[0], rates[best_k]
+        self.saving_per_token = (
+            max(0.0, 1 / plain - 1 / chosen) if best_k and 0 < plain < float("inf") and chosen > 0 else 0.0
+        )
         return best_k
 
-    def record(self, drafted: int, accepted: int) -> None:
-        """Acceptance is tracked per row by the engine; the choice reads it from the batch."""
+    def record(self, step: StepOutcome) -> None:
+        """Compare what the step delivered with what was predicted for its batch and K."""
+        if not step.batch.alphas:
+            return
+        predicted = self.predict(step.batch, step.lookahead)
+        self.realised.record(
+            len(step.batch.alphas), step.lookahead, predicted, (step.committed, step.seconds)
+        )
 
     def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
         """Whether feeding the draft the ``lag`` tokens it missed is repaid by the time
@@ -183,11 +238,17 @@ class GoodputLookahead:
         return self.saving_per_token * remaining > CATCH_UP_MARGIN * cost
 
 
-def make_lookahead(setting: int | str, costs: dict[str, PassCosts]) -> LookaheadPolicy:
-    """``goodput``, ``adaptive_rule`` or a fixed K (an int or its string)."""
+def make_lookahead(
+    setting: int | str,
+    costs: dict[str, PassCosts],
+    verify_columns: Callable[[int], int] = lambda k: k,
+    padded_rows: Callable[[int], int] = lambda rows: rows,
+) -> LookaheadPolicy:
+    """``goodput``, ``adaptive_rule`` or a fixed K (an int or its string); the shape
+    functions are the step runner's padding (see :class:`GoodputLookahead`)."""
     if isinstance(setting, str) and not setting.strip().isdigit():
         if setting == "goodput":
-            return GoodputLookahead(costs)
+            return GoodputLookahead(costs, verify_columns, padded_rows)
         if setting in ("adaptive_rule", "adaptive"):
             return RuleLookahead()
         raise ValueError(f"lookahead must be 'goodput', 'adaptive_rule' or a K in 0..8, got {setting!r}")

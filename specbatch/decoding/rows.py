@@ -10,6 +10,7 @@ two steps and a row that leaves costs nothing from the next step on.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -133,10 +134,8 @@ class Row:
 
 
 class AcceptanceTracker:
-    """Instance-wide acceptance, decayed per step: the prior for rows that have not
-    speculated yet. It starts at an even chance: high enough that speculation is tried
-    where it is cheap (few rows), low enough that a fresh instance under load does not
-    pay for drafts on a guess."""
+    """Instance-wide acceptance, decayed per speculative step: the prior for rows that
+    have not speculated yet. It starts at 0.6 from four draft tokens' worth of belief."""
 
     def __init__(self, initial: float = 0.6) -> None:
         self._accepted = initial * ALPHA_PRIOR_WEIGHT
@@ -145,6 +144,16 @@ class AcceptanceTracker:
     @property
     def alpha(self) -> float:
         return self._accepted / self._trials
+
+    @property
+    def optimistic_alpha(self) -> float:
+        """α plus two standard errors of its estimate. A K is only ever judged by the
+        acceptance speculating measures, so a fresh instance (or one unlucky first
+        step) that guessed low would never speculate and never learn otherwise; the
+        optimism shrinks as draft tokens are measured, and what each K then delivers
+        corrects the rest (:mod:`specbatch.decoding.realised`)."""
+        alpha = self.alpha
+        return min(1.0, alpha + 2.0 * math.sqrt(alpha * (1.0 - alpha) / self._trials))
 
     def record(self, accepted: int, rejections: int) -> None:
         self._accepted = self._accepted * ALPHA_DECAY + accepted

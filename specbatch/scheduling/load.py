@@ -17,6 +17,10 @@ class InstanceLoad:
     step_seconds: float = 0.0
     seconds_per_token: float = 0.0
     lookahead: int = 0
+    # decode steps so far per K (index = K, 0 = plain) and row-steps per tokens a row
+    # committed in one step (index = tokens): where speculation switched itself off
+    lookahead_steps: tuple[int, ...] = ()
+    tokens_per_row_step: tuple[int, ...] = ()
     preemptions: int = 0
     max_rows: int = 64
     # the engine's prefix cache, counted since it started: prompt tokens found cached and

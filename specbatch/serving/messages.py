@@ -229,4 +229,7 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load(data: dict[str, Any]) -> InstanceLoad:
-    return InstanceLoad(**_known(InstanceLoad, data))
+    values = _known(InstanceLoad, data)
+    for name in ("lookahead_steps", "tokens_per_row_step"):
+        values[name] = tuple(int(n) for n in values.get(name, ()))
+    return InstanceLoad(**values)

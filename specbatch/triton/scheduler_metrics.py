@@ -24,6 +24,20 @@ ENGINE_TOTALS = (
 )
 
 
+# Per-instance distributions the engine counts step by step (InstanceLoad field, metric,
+# label, help): one counter per value, the histogram of a small discrete quantity
+# (bucket i counts the steps with value i, so rate() per label is the distribution now).
+STEP_HISTOGRAMS = (
+    ("lookahead_steps", "specbatch_lookahead_steps_total", "k", "Decode steps per K chosen (0 = plain)"),
+    (
+        "tokens_per_row_step",
+        "specbatch_row_step_tokens_total",
+        "tokens",
+        "Row-steps per tokens a row committed in one decode step",
+    ),
+)
+
+
 class SchedulerMetrics(SchedulerEvents):
     """Counters on every event; gauges (instance load, queue depth) at most every half
     second per series, since loads arrive with every engine step and each update is a
@@ -36,6 +50,7 @@ class SchedulerMetrics(SchedulerEvents):
         self._pending: dict[str, tuple[InstanceLoad, int, int | None]] = {}
         self._totals: dict[tuple[str, str], int] = {}  # (instance, field) -> total counted
         self._kv_blocks: dict[str, tuple[int, int]] = {}  # instance -> (blocks in use, blocks)
+        self._published_counts: dict[tuple[str, str], tuple[int, ...]] = {}
         declare_outcome_counters(self._m, sla)
         for name, text in (
             ("specbatch_rejected_prompts_total", "Prompts refused at once because the queue was full"),
@@ -140,6 +155,8 @@ class SchedulerMetrics(SchedulerEvents):
         self._kv_blocks.pop(instance, None)
         for field, _, _ in ENGINE_TOTALS:  # its replacement's engine counts from 0
             self._totals.pop((instance, field), None)
+        for field, *_ in STEP_HISTOGRAMS:
+            self._published_counts.pop((instance, field), None)
         self._m.increment(
             "specbatch_instance_failures_total", "Instances taken out of service (connection lost or hung)"
         )
@@ -235,6 +252,15 @@ class SchedulerMetrics(SchedulerEvents):
             m.set(
                 "specbatch_b_sla", "b_SLA of an instance (per-token SLA feedback)", b_sla, instance=instance
             )
+        for field, name, label, text in STEP_HISTOGRAMS:
+            counts = getattr(load, field)
+            previous = self._published_counts.get((instance, field), ())
+            if any(now < before for now, before in zip(counts, previous, strict=False)):
+                previous = ()  # a restarted engine counts from zero again
+            for value, count in enumerate(counts):
+                before = previous[value] if value < len(previous) else 0
+                m.increment(name, text, count - before, instance=instance, **{label: str(value)})
+            self._published_counts[(instance, field)] = counts
 
     def _count_total(self, instance: str, field: str, name: str, text: str, total: int) -> None:
         """Add what an engine's total grew by since it was last counted (a total that went

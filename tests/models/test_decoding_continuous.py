@@ -14,7 +14,7 @@ import pytest
 from pairs import prompts
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair
-from specbatch.decoding.lookahead import BatchShape
+from specbatch.decoding.lookahead import BatchShape, StepOutcome
 
 NEW_TOKENS = 24
 
@@ -72,7 +72,7 @@ class _RandomK:
         self.chosen.append(self.k)
         return self.k
 
-    def record(self, drafted: int, accepted: int) -> None:
+    def record(self, step: StepOutcome) -> None:
         pass
 
     def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:

@@ -1,8 +1,13 @@
 """What the engine decides on the host, on plain numbers and no model: the lookahead
-policies (the seed's rule and the goodput model), the pass-cost fit behind the goodput
-model, and the bucketed shapes compiled steps run at."""
+policies (the seed's rule and the goodput model, learning from what each K delivered
+in a synthetic world), the pass-cost fit behind the goodput model, and the bucketed
+shapes compiled steps run at."""
 
 from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -13,6 +18,8 @@ from specbatch.decoding.lookahead import (
     FixedLookahead,
     GoodputLookahead,
     RuleLookahead,
+    StepOutcome,
+    expected_tokens,
     next_lookahead,
 )
 
@@ -40,16 +47,21 @@ def test_lookahead_rule(acceptance: float, current: int, expected: int) -> None:
 
 def test_adaptive_lookahead_uses_a_rolling_window_and_fixed_k_never_moves() -> None:
     adaptive = RuleLookahead(initial=4, window=2)
-    adaptive.record(4, 4)  # 1.0 -> 6
-    adaptive.record(6, 0)  # window (10, 4) = 0.4 -> 5
+    adaptive.record(_outcome(4, 4))  # 1.0 -> 6
+    adaptive.record(_outcome(6, 0))  # window (10, 4) = 0.4 -> 5
     assert adaptive.k == 5
-    adaptive.record(5, 0)  # window (11, 0) -> 3
+    adaptive.record(_outcome(5, 0))  # window (11, 0) -> 3
     assert adaptive.k == 3
     fixed = FixedLookahead(3)
-    fixed.record(3, 0)
+    fixed.record(_outcome(3, 0))
     assert fixed.k == 3
     with pytest.raises(ValueError):
         FixedLookahead(9)
+
+
+def _outcome(drafted: int, accepted: int) -> StepOutcome:
+    batch = BatchShape(alphas=[0.5], remaining=[100], span=10)
+    return StepOutcome(drafted, batch, drafted, accepted, accepted + 1, 0.01)
 
 
 def _costs(per_token: float, fixed: float) -> PassCosts:
@@ -101,6 +113,115 @@ def test_step_overhead_favours_longer_steps() -> None:
     light = GoodputLookahead(_policy_costs(target, draft, overhead=0.0)).choose(batch)
     heavy = GoodputLookahead(_policy_costs(target, draft, overhead=0.02)).choose(batch)
     assert heavy > light
+
+
+# The synthetic world the learning tests run in: a batch of 4 rows, acceptance α, and a
+# step that really costs plain + K x draft + K x verify_per_token seconds (with ±5 %
+# seeded noise), whatever the policy's cost model predicts.
+BATCH = BatchShape(alphas=[0.8] * 4, remaining=[1000] * 4, span=100)
+World = Callable[[int], float]
+
+
+def _world(plain: float, draft: float, verify_per_token: float) -> World:
+    return lambda k: plain + k * (draft + verify_per_token)
+
+
+def _run(policy: GoodputLookahead, world: World, steps: int, alpha: float, seed: int = 0) -> list[int]:
+    """Drive the policy for ``steps`` steps; the K of each."""
+    rng = random.Random(seed)
+    chosen = []
+    for _ in range(steps):
+        k = policy.choose(BATCH)
+        committed = 4 * expected_tokens(alpha, k, 1000)
+        seconds = world(k) * rng.uniform(0.95, 1.05)
+        policy.record(StepOutcome(k, BATCH, 4 * k, round(committed) - 4, round(committed), seconds))
+        chosen.append(k)
+    return chosen
+
+
+def _rate(world: World, alpha: float, ks: list[int]) -> float:
+    """Tokens per second (noise-free) of running these steps."""
+    return sum(expected_tokens(alpha, k, 1000) for k in ks) / sum(world(k) for k in ks)
+
+
+def _best_k(world: World, alpha: float) -> int:
+    return max(range(9), key=lambda k: _rate(world, alpha, [k]))
+
+
+def _optimistic_policy() -> GoodputLookahead:
+    """A cost model that prices a verify of K + 1 tokens like one token: it predicts
+    long Ks pay best whatever the world does."""
+    return GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-6, fixed=0.01), _costs(per_token=1e-7, fixed=0.001))
+    )
+
+
+def test_goodput_learns_the_best_k_when_the_cost_model_is_wrong() -> None:
+    world = _world(plain=0.01, draft=0.0005, verify_per_token=0.005)  # verify costs grow with K
+    alpha = 0.8
+    assert _best_k(world, alpha) == 2
+    policy = _optimistic_policy()
+    assert policy.choose(BATCH) >= 6, "the prior alone picks a long K"
+    chosen = _run(policy, world, steps=600, alpha=alpha)
+    assert Counter(chosen[100:])[2] >= 450
+    assert _rate(world, alpha, chosen) >= 0.97 * _rate(world, alpha, [2])
+
+
+def test_goodput_switches_speculation_off_when_it_cannot_pay() -> None:
+    world = _world(plain=0.01, draft=0.004, verify_per_token=0.004)  # every K > 0 loses
+    alpha = 0.5
+    assert _best_k(world, alpha) == 0
+    chosen = _run(_optimistic_policy(), world, steps=600, alpha=alpha)
+    assert Counter(chosen[100:])[0] >= 450, "a rare probe of K > 0, never a slower server"
+    assert _rate(world, alpha, chosen[100:]) >= 0.98 * _rate(world, alpha, [0])
+    assert _rate(world, alpha, chosen) >= 0.95 * _rate(world, alpha, [0]), "learning costs little"
+
+
+def test_goodput_learns_again_when_the_cost_changes() -> None:
+    cheap, dear = _world(0.01, 0.0002, 0.0001), _world(0.01, 0.004, 0.004)
+    alpha = 0.8
+    assert (_best_k(cheap, alpha), _best_k(dear, alpha)) == (8, 0)
+    best_cheap = _rate(cheap, alpha, [8])  # K = 7 is 1.5 % short of it: a tie under ±5 % noise
+    policy = _optimistic_policy()
+    before = _run(policy, cheap, 400, alpha)
+    assert Counter(before[100:]).most_common(1)[0][0] >= 7
+    assert _rate(cheap, alpha, before[100:]) >= 0.98 * best_cheap
+    after_change = _run(policy, dear, 400, alpha, seed=1)
+    assert Counter(after_change[100:])[0] >= 280
+    # the fixed cost model keeps promising long Ks, so they are probed now and then
+    assert _rate(dear, alpha, after_change[100:]) >= 0.95 * _rate(dear, alpha, [0])
+    # Back to cheap: speculation resumes, though the long Ks' evidence from the dear
+    # phase (against a cost model that never learns) keeps it short of the best K.
+    back = _run(policy, cheap, 800, alpha, seed=2)
+    assert Counter(back[400:]).most_common(1)[0][0] >= 2
+    assert _rate(cheap, alpha, back[400:]) >= 2 * _rate(cheap, alpha, [0])
+
+
+def test_goodput_keeps_its_evidence_per_batch_size() -> None:
+    policy = _optimistic_policy()
+    _run(policy, _world(0.01, 0.004, 0.004), steps=300, alpha=0.5)
+    assert policy.choose(BATCH) == 0
+    large = BatchShape(alphas=[0.8] * 32, remaining=[1000] * 32, span=100)
+    assert policy.choose(large) > 0, "what 4 rows taught says nothing of 32"
+
+
+def test_goodput_prices_the_padded_verify_a_compiled_step_runs() -> None:
+    # compute-bound target: a verify costs per token fed, so K = 1 padded to 8 columns
+    # costs what K = 8 costs, and pays less
+    costs = _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    static = Shapes(static=True)
+    exact = GoodputLookahead(costs)
+    padded = GoodputLookahead(costs, verify_columns=static.lookahead, padded_rows=static.batch)
+    batch = BatchShape(alphas=[0.9] * 3, remaining=[100] * 3, span=10)
+    assert padded.predict(batch, 1)[0] == exact.predict(batch, 1)[0]
+    verify_difference = costs["target"].predict(4 * 9, 4 * 11, 4 * 9 * 11) - costs["target"].predict(
+        3 * 2, 3 * 11, 3 * 2 * 11
+    )
+    draft_difference = costs["draft"].predict(4, 4 * 11, 4 * 11) - costs["draft"].predict(3, 3 * 11, 3 * 11)
+    assert padded.predict(batch, 1)[1] - exact.predict(batch, 1)[1] == pytest.approx(
+        verify_difference + draft_difference
+    )
+    assert padded.goodput(batch, 1) < padded.goodput(batch, 8)
 
 
 def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:

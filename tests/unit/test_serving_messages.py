@@ -43,6 +43,8 @@ LOAD = InstanceLoad(
     step_seconds=0.05,
     seconds_per_token=0.25,
     lookahead=2,
+    lookahead_steps=(5, 0, 7),
+    tokens_per_row_step=(0, 9, 4, 3),
     preemptions=1,
     max_rows=8,
 )

@@ -1,0 +1,166 @@
+"""What each K actually delivered, as a correction of what the cost model predicted.
+
+The goodput choice of K rests on a fitted pass-cost model and on per-row acceptance
+estimates; both can be wrong in ways that matter (a loaded CPU, Python overhead per
+step, padded verify shapes under compilation, a fresh engine's guessed acceptance).
+So every step that ran K reports the tokens it committed and the seconds it took,
+and this module keeps, per batch-size bucket and per K, the ratio of realised to
+predicted tokens and of realised to predicted seconds. A K's corrected goodput is
+its prediction times those ratios: the cost model is the prior, realised goodput the
+evidence (a contextual bandit over K, as BanditSpec runs one over speculation settings).
+
+- K = 0 is always an arm; its token count is exact (one per row), so only its time
+  is corrected.
+- A speculative arm that has run little borrows what the arms tried in its bucket say
+  of it (their ratios on a line in K): when speculation costs more, or acceptance is
+  lower, than predicted, every K > 0 learns it from the first Ks tried.
+- Evidence is discounted (recent steps weigh most), so a changed cost or acceptance
+  is learnt again: an arm left alone falls back, slowly, to what the cost model
+  (itself refitted on every pass) predicts, and its optimism bonus grows as its
+  evidence fades (discounted UCB, Garivier and Moulines 2011), so a K is retried when
+  its corrected goodput comes close to the best's. The bonus is divided by the K's
+  step time over a plain step's, since a probe of a long K costs that many steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# Per step of a bucket, the arm that ran keeps DISCOUNT of its evidence (about 100 of
+# its own steps of memory) and the others IDLE_DISCOUNT (about 400 steps): a K left
+# alone fades back to the cost model's word slowly, so a K that lost is not retried
+# every few dozen steps, yet is retried in the end.
+DISCOUNT = 0.99
+IDLE_DISCOUNT = 0.9975
+# Weight, in steps, of an arm's prior (what the other arms say, or 1 before any says).
+PRIOR_STEPS = 2.0
+# Ridge on the slope of the line through the arms' ratios, in steps x K²: the weight
+# of a flat line (eight steps one K away from the mean).
+SLOPE_PRIOR = 8.0
+# Scale of the optimism bonus: a K whose evidence has faded is retried when its
+# corrected goodput is within about this fraction (times a few) of the best's.
+EXPLORATION = 0.03
+
+
+@dataclass
+class _Evidence:
+    """Discounted sums of one arm's steps: predicted and realised tokens and seconds."""
+
+    steps: float = 0.0
+    predicted_tokens: float = 0.0
+    realised_tokens: float = 0.0
+    predicted_seconds: float = 0.0
+    realised_seconds: float = 0.0
+
+    def decay(self, factor: float) -> None:
+        self.steps *= factor
+        self.predicted_tokens *= factor
+        self.realised_tokens *= factor
+        self.predicted_seconds *= factor
+        self.realised_seconds *= factor
+
+    def add(self, predicted: tuple[float, float], realised: tuple[float, float]) -> None:
+        self.steps += 1
+        self.predicted_tokens += predicted[0]
+        self.realised_tokens += realised[0]
+        self.predicted_seconds += predicted[1]
+        self.realised_seconds += realised[1]
+
+
+def _shrunk(realised: float, predicted: float, steps: float, prior: float) -> float:
+    """Realised per predicted over ``steps`` steps (a ratio of sums: one step's outcome,
+    a run of 1 to K + 1 tokens, is far noisier than their total), shrunk towards
+    ``prior`` with the weight of PRIOR_STEPS steps."""
+    if steps <= 0 or predicted <= 0:
+        return prior
+    per_step = predicted / steps
+    return (realised + PRIOR_STEPS * prior * per_step) / (predicted + PRIOR_STEPS * per_step)
+
+
+@dataclass
+class _Bucket:
+    arms: dict[int, _Evidence] = field(default_factory=dict)
+
+    def arm(self, k: int) -> _Evidence:
+        return self.arms.setdefault(k, _Evidence())
+
+    def corrections(self, k: int) -> tuple[float, float]:
+        """K's (tokens, seconds) realised per predicted."""
+        arm = self.arms.get(k, _Evidence())
+        if k == 0:
+            return 1.0, _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, 1.0)
+        speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
+        token_prior = _speculative_prior(
+            k, [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
+        )
+        time_prior = _speculative_prior(
+            k, [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
+        )
+        return (
+            _shrunk(arm.realised_tokens, arm.predicted_tokens, arm.steps, token_prior),
+            _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, time_prior),
+        )
+
+
+def _speculative_prior(k: int, points: list[tuple[int, float, float]]) -> float:
+    """What the speculative arms tried so far say of K = ``k``: their (K, steps, ratio)
+    on a line in K (an acceptance or a per-token cost mispredicted errs more the
+    longer K is), shrunk towards 1 by how much evidence there is."""
+    if not points:
+        return 1.0
+    weight = sum(w for _, w, _ in points)
+    return (weight * _line_at(k, points) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
+
+
+def _line_at(k: int, points: list[tuple[int, float, float]]) -> float:
+    """The weighted least-squares line through (K, weight, ratio) points, at ``k``. Its
+    slope is shrunk towards 0 (ridge, SLOPE_PRIOR): an arm run once or twice must not
+    tilt what every other K is expected to deliver. Kept within the ratios seen, so a
+    line through two close Ks is not carried far past them."""
+    total = sum(w for _, w, _ in points)
+    mean_k = sum(w * j for j, w, _ in points) / total
+    mean_r = sum(w * r for _, w, r in points) / total
+    spread = sum(w * (j - mean_k) ** 2 for j, w, _ in points) + SLOPE_PRIOR
+    slope = sum(w * (j - mean_k) * (r - mean_r) for j, w, r in points) / spread
+    low, high = min(r for *_, r in points), max(r for *_, r in points)
+    reach = high - low
+    return min(high + reach, max(low - reach, mean_r + slope * (k - mean_k), 0.05 * low))
+
+
+def batch_bucket(rows: int) -> int:
+    """Batch sizes 1, 2-3, 4-7, 8-15, ... share their evidence."""
+    return max(1, rows).bit_length()
+
+
+class RealisedGoodput:
+    """Per batch-size bucket and per K: how realised steps compare with predictions."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, _Bucket] = {}
+
+    def record(
+        self, rows: int, k: int, predicted: tuple[float, float], realised: tuple[float, float]
+    ) -> None:
+        """One step of ``rows`` rows ran K = ``k``; ``predicted`` and ``realised`` are
+        (committed tokens, seconds)."""
+        if min(*predicted, *realised) <= 0:
+            return
+        bucket = self._buckets.setdefault(batch_bucket(rows), _Bucket())
+        for arm, evidence in bucket.arms.items():
+            evidence.decay(DISCOUNT if arm == k else IDLE_DISCOUNT)
+        bucket.arm(k).add(predicted, realised)
+
+    def corrections(self, rows: int, k: int) -> tuple[float, float]:
+        """A K's (tokens, seconds) realised per predicted at this batch size."""
+        return self._buckets.get(batch_bucket(rows), _Bucket()).corrections(k)
+
+    def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
+        """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
+        the K's step time over a plain step's: a probe of a long K costs that many
+        plain steps, so its bonus is that much smaller."""
+        bucket = self._buckets.get(batch_bucket(rows), _Bucket())
+        total = sum(e.steps for e in bucket.arms.values())
+        steps = bucket.arms.get(k, _Evidence()).steps
+        bonus = EXPLORATION * math.sqrt(math.log(1.0 + total) / (steps + PRIOR_STEPS))
+        return rate * (1.0 + bonus / max(1.0, relative_cost))
