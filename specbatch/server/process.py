@@ -31,7 +31,7 @@ from specbatch.lifeline import exit_with_parent_preexec
 from specbatch.server.admin import ADMIN_KEY_ENV, RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
 from specbatch.server.children import ChildProcess, GatewayProcess
-from specbatch.server.stubs import ModelRestarts, stubs_of, tritonserver_child
+from specbatch.server.stubs import ModelRestarts, started_at, stubs_of, tritonserver_child
 from specbatch.server.supervisor import StubSupervisor
 
 logger = logging.getLogger(__name__)
@@ -233,7 +233,8 @@ class TritonProcess:
     def stub_pids(self) -> dict[str, int]:
         """{model instance name: pid} of the server's Python backend stub processes (one per
         instance; while a model reloads, the newest of a name's two)."""
-        return {name: pid for pid, name in sorted(self.stubs().items())}
+        stubs = sorted(self.stubs().items(), key=lambda item: started_at(item[0]))
+        return {name: pid for pid, name in stubs}
 
     @property
     def server_pid(self) -> int | None:

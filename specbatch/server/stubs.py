@@ -51,6 +51,15 @@ def tritonserver_pids(http_port: int) -> tuple[int, ...]:
     )
 
 
+def started_at(pid: int) -> int:
+    """When ``pid`` started (clock ticks since boot; 0 if it is gone): process ids wrap
+    around, so the newer of two processes is the one started later, not the higher pid."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def tritonserver_child(parent_pid: int) -> int | None:
     """The tritonserver started by ``parent_pid`` (`specbatch watch`), if it runs."""
     found = [
