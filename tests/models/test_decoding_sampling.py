@@ -109,7 +109,11 @@ def test_first_two_tokens_follow_the_target_distribution(
         expected_counts.append(sum(exact[c] for c in rare) * samples)
     assert sum(observed[c] for c in exact if exact[c] == 0) == 0, "sampled a token the filters exclude"
     assert sum(observed_counts) == samples
-    assert chisquare(observed_counts, expected_counts).pvalue > 1e-3
+    # The draws depend on what ran before (compiled kernels draw their own random numbers),
+    # so the p-value is uniform over runs for a correct sampler: at 1e-6 the eleven cases
+    # refuse a correct sampler once in 90 000 runs, while a temperature off by 0.1 or a
+    # top-k off by one still fails with probability 1 (non-centrality above 800).
+    assert chisquare(observed_counts, expected_counts).pvalue > 1e-6
 
 
 class _Discard:
