@@ -67,6 +67,7 @@ bench: setup
 	$(BIN)/python scripts/bench_specdec.py --quick --out results/bench_specdec.json
 	$(BIN)/python scripts/bench_continuous.py --quick --out results/bench_continuous.json
 	$(BIN)/python scripts/bench_prefix.py --quick --out results/bench_prefix.json
+	$(BIN)/python scripts/bench_prefix_serving.py --quick --out results/bench_prefix_serving.json
 	$(BIN)/python scripts/bench_lookahead.py --quick --out results/bench_lookahead.json
 	$(BIN)/python scripts/bench_gpu.py --device cpu --quick --out results/bench_gpu.json
 	$(BIN)/python scripts/bench_routing.py --out results/bench_routing.json

@@ -42,12 +42,14 @@ TRITON_TEMPLATE = (
 
 
 @contextlib.contextmanager
-def local_pipeline(out: Path) -> Iterator[tuple[str, str, str]]:
-    """(front URL, Triton HTTP URL, metrics URL) of a server and front started here."""
+def local_pipeline(out: Path, env: dict[str, str] | None = None) -> Iterator[tuple[str, str, str]]:
+    """(front URL, Triton HTTP URL, metrics URL) of a server and front started here;
+    ``env`` holds SPECBATCH_* overrides of the cpu config's parameters."""
     ensure_tiny_models(ROOT)
-    server = TritonProcess(
-        ServerOptions(root=ROOT, config_name="cpu", ports=Ports.free(), host="127.0.0.1", exit_timeout_s=10)
+    options = ServerOptions(
+        root=ROOT, config_name="cpu", ports=Ports.free(), host="127.0.0.1", exit_timeout_s=10, env=env or {}
     )
+    server = TritonProcess(options)
     front = OpenAIFrontProcess(server.options.triton_grpc_url, free_port(), "127.0.0.1")
     try:
         server.start(out / "tritonserver.log")

@@ -50,6 +50,7 @@ from specbatch.figures import save_figure
 
 logger = logging.getLogger("bench_continuous")
 
+
 @dataclass(frozen=True)
 class Job:
     prompt: list[int]
@@ -115,6 +116,31 @@ def run_open_loop(engine: Engine, jobs: list[Job], arrivals: list[float], mode: 
         engine.submit(_request(job), sink, key=0, mode=mode)
     for _ in jobs:
         done.acquire()
+    return timings
+
+
+def run_closed_loop(engine: Engine, jobs: list[Job], concurrency: int, mode: str) -> dict[int, Timing]:
+    """``concurrency`` clients, each submitting its next job when the last one finished."""
+    timings = {i: Timing() for i in range(len(jobs))}
+    queue = list(range(len(jobs)))
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index = queue.pop(0)
+            done = threading.Semaphore(0)
+            timings[index].submitted = time.monotonic()
+            engine.submit(_request(jobs[index]), _Sink({0: timings[index]}, done), key=0, mode=mode)
+            done.acquire()
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return timings
 
 

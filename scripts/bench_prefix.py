@@ -6,7 +6,9 @@ request is one system prompt of ``--system-tokens`` tokens followed by a short u
 system prompt once before the clock starts (as a server has, a moment into its life).
 The control workload has the same lengths and no shared prefix: reuse must cost it
 nothing. Per run: first-token p50/p95, output tokens per second, the prefix cache's hit
-and miss tokens, and whether the greedy outputs equal those of reuse off.
+and miss tokens, and whether the greedy outputs equal those of reuse off. Off and on
+run back to back ``--rounds`` times, alternating which goes first: the table and plot
+show the first round, the ratios are the medians of the rounds' ratios with their range.
 
     python scripts/bench_prefix.py --quick --out results/bench_prefix.json
 
@@ -21,6 +23,7 @@ import logging
 import os
 import platform
 import random
+import statistics
 import sys
 from pathlib import Path
 
@@ -129,18 +132,30 @@ def print_table(rows: list[dict]) -> None:
 
 
 def reuse_ratios(rows: list[dict], requests: int) -> list[dict]:
-    """Per workload and concurrency: first-token p50 off / on, throughput on / off."""
+    """Per workload and concurrency: first-token p50 off / on and throughput on / off,
+    each the median (and range) of the rounds' ratios, off and on run back to back."""
     ratios = []
-    for on in (r for r in rows if r["reuse"]):
-        key = (on["workload"], on["concurrency"])
-        off = next(r for r in rows if not r["reuse"] and (r["workload"], r["concurrency"]) == key)
+    for workload, concurrency in sorted({(r["workload"], r["concurrency"]) for r in rows}):
+        pairs = []
+        for round_index in sorted({r["round"] for r in rows}):
+            mine = {
+                r["reuse"]: r
+                for r in rows
+                if (r["workload"], r["concurrency"], r["round"]) == (workload, concurrency, round_index)
+            }
+            pairs.append((mine[False], mine[True]))
+        ttft = [off["ttft_p50_s"] / on["ttft_p50_s"] for off, on in pairs]
+        throughput = [on["tokens_per_s"] / off["tokens_per_s"] for off, on in pairs]
         ratios.append(
             {
-                "workload": on["workload"],
-                "concurrency": on["concurrency"],
-                "ttft_p50_off_over_on": off["ttft_p50_s"] / on["ttft_p50_s"],
-                "throughput_on_over_off": on["tokens_per_s"] / off["tokens_per_s"],
-                "same_greedy_outputs": f"{on['same_greedy_outputs']}/{requests}",
+                "workload": workload,
+                "concurrency": concurrency,
+                "rounds": len(pairs),
+                "ttft_p50_off_over_on": statistics.median(ttft),
+                "ttft_p50_off_over_on_range": [min(ttft), max(ttft)],
+                "throughput_on_over_off": statistics.median(throughput),
+                "throughput_on_over_off_range": [min(throughput), max(throughput)],
+                "same_greedy_outputs": f"{min(on['same_greedy_outputs'] for _, on in pairs)}/{requests}",
             }
         )
     return ratios
@@ -160,6 +175,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, help="per run; default 48 (16 with --quick)")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--concurrency", nargs="+", type=int, help="default 1 4 16 (1 4 with --quick)")
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    parser.add_argument(
+        "--rounds", type=int, help="off and on back to back this many times (default 3, 1 with --quick)"
+    )
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_prefix.png"))
     args = parser.parse_args()
@@ -167,24 +186,28 @@ def main() -> None:
     system_tokens = args.system_tokens or (1024 if args.quick else 1536)
     requests = args.requests or (16 if args.quick else 48)
     concurrencies = args.concurrency or ([1, 4] if args.quick else [1, 4, 16])
+    rounds = args.rounds or (1 if args.quick else 3)
     lookahead = int(args.lookahead) if args.lookahead.isdigit() else args.lookahead
     torch.manual_seed(0)
     pair = load_model_pair(str(args.models / "target"), str(args.models / "draft"), "cpu", args.dtype)
     pair.eos_token_ids.clear()  # every row runs its budget: the same work with reuse off and on
 
     rows = []
-    for workload in WORKLOADS:
+    for workload in args.workloads:
         served, jobs = make_workload(pair, workload, requests, system_tokens, args.new_tokens)
         for concurrency in concurrencies:
-            outputs = {}
-            for reuse in (False, True):
-                row, outputs[reuse] = run(pair, served, jobs, concurrency, reuse, lookahead)
-                row.update(workload=workload, concurrency=concurrency, reuse=reuse)
-                rows.append(row)
-                logger.info("%s", row)
-            rows[-1]["same_greedy_outputs"] = sum(a == b for a, b in zip(*outputs.values(), strict=True))
+            for round_index in range(rounds):
+                outputs = {}
+                # alternate which goes first, so a drift of the machine favours neither
+                for reuse in (False, True) if round_index % 2 == 0 else (True, False):
+                    row, outputs[reuse] = run(pair, served, jobs, concurrency, reuse, lookahead)
+                    row.update(workload=workload, concurrency=concurrency, reuse=reuse, round=round_index)
+                    rows.append(row)
+                    logger.info("%s", row)
+                same = sum(a == b for a, b in zip(outputs[False], outputs[True], strict=True))
+                rows[-1]["same_greedy_outputs"] = rows[-2]["same_greedy_outputs"] = same
 
-    print_table(rows)
+    print_table([r for r in rows if r["round"] == 0])
     ratios = reuse_ratios(rows, requests)
     for ratio in ratios:
         print(ratio)
@@ -196,6 +219,7 @@ def main() -> None:
             "lookahead": args.lookahead,
             "system_tokens": system_tokens,
             "requests": requests,
+            "rounds": rounds,
             "new_tokens": args.new_tokens,
         },
         "rows": rows,
@@ -204,7 +228,7 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))
-    print(f"plot: {plot(rows, args.plot)}")
+    print(f"plot: {plot([r for r in rows if r['round'] == 0], args.plot)}")
 
 
 if __name__ == "__main__":
