@@ -66,7 +66,7 @@ SETUPS = {
     "prefix aware": {},
 }
 WORKLOADS = ("tenant_system_prompts", "multi_turn_chat")
-COUNTERS = ("specbatch_prefix_hit_tokens_total", "specbatch_prefix_miss_tokens_total")
+PREFIX_COUNTERS = ("specbatch_prefix_hit_tokens_total", "specbatch_prefix_miss_tokens_total")
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def counters(metrics_url: str) -> tuple[float, float]:
     """(hit, miss) prompt tokens both instances have counted so far."""
     with urllib.request.urlopen(metrics_url, timeout=10) as reply:
         text = reply.read().decode()
-    hit, miss = (metric_sum(text, name) for name in COUNTERS)
+    hit, miss = (metric_sum(text, name) for name in PREFIX_COUNTERS)
     return hit, miss
 
 
