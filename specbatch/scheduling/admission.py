@@ -22,10 +22,7 @@ admission decisions, taken per instance whenever it reports its state:
   within ``prefix_affinity_rows`` rows of the least loaded, the one the prompt's prefix
   was last sent to goes first (its KV blocks are likely still cached there), so the
   turns of a conversation and the requests sharing a system prompt skip their prefill.
-  A busier holder does not: load decides. While a prompt's holder is full, another
-  instance with a free row takes first the prompts whose prefix it holds or nobody does,
-  for as long as the deferred prompt has waited less than its own prefill and has that
-  much slack; when nothing else waits it takes the deferred prompt (no row left idle).
+  A busier holder does not: load decides.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
   estimated capacity (rows they may run ÷ seconds a row takes), never more than
   ``queue_limit`` nor fewer than ``queue_min`` prompts, and a prompt past that is
@@ -281,7 +278,7 @@ class AdmissionPolicy:
             return []
         headroom = self._headroom(instance)
         chosen: list[QueuedRequest] = []
-        for request in self._ordered(now_s, name):
+        for request in self._ordered(now_s):
             if len(chosen) == room:
                 break
             need = self._need(request)
@@ -344,20 +341,17 @@ class AdmissionPolicy:
         ]
         return sum(measured) / len(measured) if measured else self.config.tpot_sla_s
 
-    def _ordered(self, now_s: float, instance: str | None = None) -> list[QueuedRequest]:
-        """Least slack first (see the module docstring). Ordered for ``instance``, a prompt
-        that defers to its prefix's holder (:meth:`_defers_to_holder`) goes behind the others
-        of its class: the instance still takes it when nothing else waits."""
+    def _ordered(self, now_s: float) -> list[QueuedRequest]:
         requests = [request for _, request in self._queued.values()]
         if self.config.order == "fcfs":
             return requests  # dict order is arrival order
         tpot = self._tpot_estimate()
         cfg = self.config
 
-        def priority(request: QueuedRequest) -> tuple[int, int, float]:
+        def priority(request: QueuedRequest) -> tuple[int, float]:
             waited = now_s - request.arrival_s
             if waited >= cfg.starvation_s:
-                return (0, 0, request.arrival_s)
+                return (0, request.arrival_s)
             service = self._service_s(request, tpot)
             finish_budget = cfg.ttft_sla_s + request.predicted_tokens * cfg.tpot_sla_s
             slack = min(
@@ -366,25 +360,6 @@ class AdmissionPolicy:
             )
             if request.deadline_s is not None:
                 slack = min(slack, request.deadline_s - now_s - service)
-            if slack < 0:
-                return (2, 0, request.arrival_s)
-            deferred = instance is not None and self._defers_to_holder(request, instance, now_s, slack)
-            return (1, int(deferred), slack)
+            return (1, slack) if slack >= 0 else (2, request.arrival_s)
 
         return sorted(requests, key=priority)
-
-    def _defers_to_holder(self, request: QueuedRequest, instance: str, now_s: float, slack: float) -> bool:
-        """Whether ``request`` should let another prompt have a row on ``instance`` first:
-        its prefix went to another live instance (which would start it on cached blocks as
-        soon as it frees a row), it has waited less than the prefill a start here would
-        redo, and it has at least that prefill's time of slack left. A holder with room
-        takes it first anyway (:meth:`_placement_order`); this only keeps a full holder's
-        prompts from taking the rows of another instance that prompts without a cached
-        prefix elsewhere could use, so both instances keep their caches."""
-        if self.config.prefix_affinity_rows < 0:
-            return False
-        holder = self._prefix_holders.holder(request.prefix_keys)
-        if holder is None or holder == instance or holder not in self._instances:
-            return False
-        prefill_s = self._prefill_s(request)
-        return now_s - request.arrival_s < prefill_s and slack > prefill_s

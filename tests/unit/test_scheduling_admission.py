@@ -244,48 +244,6 @@ def test_a_prompt_goes_where_its_prefix_went_unless_that_instance_is_busier_by_m
     assert started_ids(admission.admit_spread(0.3)) == {other: ["turn4"]}
 
 
-def long_turn(key, text, arrival):
-    """A prompt of 1000 tokens: 0.5 s of prefill at the policy's default 2000 tokens/s."""
-    return QueuedRequest(key, 10, 1000, arrival, prefix_keys=prefix_keys(text))
-
-
-def one_conversation_started(affinity: int = 2) -> tuple[AdmissionPolicy, str, str]:
-    """Two instances of one row each; a conversation's first turn runs on the holder."""
-    admission = policy(max_rows=1, prefix_affinity_rows=affinity)
-    admission.add_instance("b", ROOMY)
-    admission.enqueue(long_turn("turn1", SYSTEM + "hi", 0.0))
-    [holder] = started_ids(admission.admit_spread(0.0))
-    return admission, holder, "b" if holder == "a" else "a"
-
-
-def test_while_its_holder_is_full_a_prompt_lets_one_without_a_cached_prefix_have_the_free_row():
-    admission, holder, other = one_conversation_started()
-    admission.enqueue(long_turn("turn2", SYSTEM + "again", 0.1))
-    admission.enqueue(long_turn("unrelated", "z" * 600, 0.2))
-    assert started_ids(admission.admit_spread(0.3)) == {other: ["unrelated"]}
-    admission.finished(holder, long_turn("turn1", SYSTEM + "hi", 0.0), 10)
-    assert started_ids(admission.admit_spread(0.4)) == {holder: ["turn2"]}, "where its blocks are"
-
-
-def test_a_deferred_prompt_still_takes_a_free_row_when_nothing_else_waits_or_it_has_waited_its_prefill():
-    admission, _, other = one_conversation_started()
-    admission.enqueue(long_turn("turn2", SYSTEM + "again", 0.1))
-    assert started_ids(admission.admit_spread(0.2)) == {other: ["turn2"]}, "no row is left idle"
-
-    admission, _, other = one_conversation_started()
-    admission.enqueue(long_turn("turn2", SYSTEM + "again", 0.1))
-    admission.enqueue(long_turn("unrelated", "z" * 600, 0.2))
-    # at 0.7 s turn2 has waited 0.6 s, more than its 0.5 s prefill: least slack decides again
-    assert started_ids(admission.admit_spread(0.7)) == {other: ["turn2"]}
-
-
-def test_without_prefix_affinity_no_prompt_defers():
-    admission, _, other = one_conversation_started(affinity=-1)
-    admission.enqueue(long_turn("turn2", SYSTEM + "again", 0.1))
-    admission.enqueue(long_turn("unrelated", "z" * 600, 0.2))
-    assert started_ids(admission.admit_spread(0.3)) == {other: ["turn2"]}
-
-
 def test_without_affinity_or_after_the_holder_left_load_alone_decides():
     for affinity, leaves in ((-1, False), (2, True)):
         admission = policy(max_rows=8, prefix_affinity_rows=affinity)
