@@ -39,6 +39,7 @@ from specbatch.decoding.lookahead import (
     BatchShape,
     LookaheadPolicy,
     StepOutcome,
+    catch_up_share,
     make_lookahead,
 )
 from specbatch.decoding.pair import ModelPair
@@ -421,9 +422,10 @@ class Engine:
 
     def _prefill(self) -> None:
         """One chunk of prompt for the decoding model; when the policy speculates, one
-        chunk of catch-up for drafts that lag and whose rows will repay it (they
-        speculate once caught up). The draft is not prefilled eagerly: while speculation
-        does not pay (K = 0 under load), a prompt costs the target alone."""
+        chunk of catch-up for every draft that lags (a row left lagging would run a
+        target pass of its own beside every speculative step). The draft is not
+        prefilled eagerly: while speculation does not pay (K = 0 under load), a prompt
+        costs the target alone."""
         budget = self.prefill_chunk
         for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
@@ -433,18 +435,22 @@ class Engine:
             if row.mode == "speculative":
                 self.prefixes.skip_written(row, "draft")
         if self.lookahead.k > 0:
-            lagging = [
-                r
-                for r in self._running
-                if r.mode == "speculative"
-                and r.prefilled()
-                and _lags(r)
-                and self.lookahead.catch_up_pays(r.remaining, r.seq_len - r.draft_cached, r.seq_len)
-            ]
+            lagging = [r for r in self._running if r.mode == "speculative" and r.prefilled() and _lags(r)]
             if lagging:
-                self.runner.prefill(lagging, "draft", self.prefill_chunk, self._draft_writable_end)
+                self._catch_up(lagging)
         for row in self._running:
             self.prefixes.record(row)
+
+    def _catch_up(self, rows: list[Row]) -> None:
+        """Feed lagging drafts what they missed (one prefill chunk); each row owes its
+        share of the pass's seconds, by tokens fed, to the speculative steps it enables."""
+        before = [r.draft_cached for r in rows]
+        started = time.perf_counter()
+        fed = self.runner.prefill(rows, "draft", self.prefill_chunk, self._draft_writable_end)
+        seconds = time.perf_counter() - started
+        for row, cached in zip(rows, before, strict=True):
+            if fed:
+                row.catch_up_seconds += seconds * (row.draft_cached - cached) / fed
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)
@@ -472,22 +478,33 @@ class Engine:
         self._memory.observe(self._running, self.pool)
         committed: dict[Row, list[int]] = {}
         self._lookahead_steps[k if spec_rows else 0] += 1
+        started, counts = time.perf_counter(), []
         if spec_rows:
-            started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
-            self._record_step(spec_rows, k, tokens, counts, time.perf_counter() - started)
             self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
         if plain_target:
-            started = time.perf_counter()
-            tokens = self.runner.plain_step(plain_target, "target")
-            committed.update(zip(plain_target, tokens, strict=True))
-            if not spec_rows:
-                self._record_step(plain_target, 0, tokens, [], time.perf_counter() - started)
+            committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
+        target_rows = spec_rows + plain_target
+        if target_rows:
+            seconds = time.perf_counter() - started + self._catch_up_charge(spec_rows, committed)
+            self._record_step(
+                target_rows, k if spec_rows else 0, [committed[r] for r in target_rows], counts, seconds
+            )
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
         return committed
+
+    def _catch_up_charge(self, spec_rows: list[Row], committed: dict[Row, list[int]]) -> float:
+        """The draft catch-up seconds this speculative step is charged (see
+        :func:`catch_up_share`); the rows owe that much less."""
+        total = 0.0
+        for row in spec_rows:
+            share = catch_up_share(row.catch_up_seconds, len(committed[row]), row.remaining)
+            row.catch_up_seconds -= share
+            total += share
+        return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
         prior = self._acceptance.optimistic_alpha
@@ -506,12 +523,15 @@ class Engine:
     def _record_step(
         self, rows: list[Row], k: int, tokens: list[list[int]], accepted: list[int], seconds: float
     ) -> None:
-        """Tell the policy what K delivered (a plain step: K = 0)."""
+        """Tell the policy what choosing K delivered (a plain step: K = 0) over every row of
+        the target's step: with K > 0 the rows whose draft lags run a plain pass of their
+        own beside the speculative ones (``accepted`` has one count per speculative
+        row), and that pass and the draft catch-up are what speculating cost too."""
         self.lookahead.record(
             StepOutcome(
                 lookahead=k,
                 batch=self._batch_shape(rows),
-                drafted=k * len(rows),
+                drafted=k * len(accepted),
                 accepted=sum(accepted),
                 committed=sum(len(t) for t in tokens),
                 seconds=seconds,

@@ -33,9 +33,6 @@ MAX_LOOKAHEAD = 8
 # Speculate only when the corrected goodput is at least this gain over plain decoding:
 # plain decoding is the safe side of a close call.
 GOODPUT_MARGIN = 1.01
-# A lagging draft is caught up (a prefill of what it missed) only when the time the row
-# is expected to save by speculating is this many times the catch-up pass.
-CATCH_UP_MARGIN = 2.0
 
 
 def next_lookahead(current: int, acceptance: float) -> int:
@@ -84,6 +81,18 @@ class StepOutcome:
     seconds: float
 
 
+def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
+    """The part of a row's ``outstanding`` draft catch-up seconds charged to a
+    speculative step that committed ``committed`` of its ``remaining`` tokens.
+
+    A draft lags after plain steps (it is not fed while K = 0) and is caught up by a
+    prefill before the row speculates again. That time is what switching speculation
+    on costs: left out, speculation looks cheaper than it is. Charged whole to the
+    next step, it makes that one step look ruinous and the policy switches straight
+    back. So it is spread evenly over the tokens the catch-up lets the row speculate."""
+    return outstanding * min(1.0, committed / max(1, remaining))
+
+
 class LookaheadPolicy(Protocol):
     """What the engine asks of a lookahead policy each step."""
 
@@ -93,8 +102,6 @@ class LookaheadPolicy(Protocol):
     def choose(self, batch: BatchShape) -> int: ...
 
     def record(self, step: StepOutcome) -> None: ...
-
-    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool: ...
 
 
 class FixedLookahead:
@@ -110,9 +117,6 @@ class FixedLookahead:
 
     def record(self, step: StepOutcome) -> None:
         """A fixed K ignores what it delivered."""
-
-    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
-        return self.k > 0
 
 
 class RuleLookahead:
@@ -137,9 +141,6 @@ class RuleLookahead:
         total_drafted = sum(d for d, _ in self._window)
         total_accepted = sum(a for _, a in self._window)
         self.k = next_lookahead(self.k, total_accepted / total_drafted)
-
-    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
-        return self.k > 0
 
 
 class GoodputLookahead:
@@ -169,7 +170,6 @@ class GoodputLookahead:
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
         self.k = 0
-        self.saving_per_token = 0.0  # seconds per committed token the last choice saves
 
     def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``."""
@@ -214,10 +214,6 @@ class GoodputLookahead:
             if scores[k] > best:
                 best_k, best = k, scores[k]
         self.k = best_k
-        plain, chosen = rates[0], rates[best_k]
-        self.saving_per_token = (
-            max(0.0, 1 / plain - 1 / chosen) if best_k and 0 < plain < float("inf") and chosen > 0 else 0.0
-        )
         return best_k
 
     def record(self, step: StepOutcome) -> None:
@@ -228,14 +224,6 @@ class GoodputLookahead:
         self.realised.record(
             len(step.batch.alphas), step.lookahead, predicted, (step.committed, step.seconds)
         )
-
-    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
-        """Whether feeding the draft the ``lag`` tokens it missed is repaid by the time
-        the row's ``remaining`` tokens save by speculating."""
-        if self.saving_per_token <= 0:
-            return False
-        cost = self.draft_costs.predict(lag, span, lag * span)
-        return self.saving_per_token * remaining > CATCH_UP_MARGIN * cost
 
 
 def make_lookahead(

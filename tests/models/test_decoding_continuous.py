@@ -75,9 +75,6 @@ class _RandomK:
     def record(self, step: StepOutcome) -> None:
         pass
 
-    def catch_up_pays(self, remaining: int, lag: int, span: int) -> bool:
-        return True
-
 
 def test_rows_that_join_a_running_batch_are_exact(pair, reference) -> None:
     rows = prompts(6, pair.vocab_size, seed=21)

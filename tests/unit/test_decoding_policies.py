@@ -5,6 +5,7 @@ shapes compiled steps run at."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from specbatch.decoding.lookahead import (
     GoodputLookahead,
     RuleLookahead,
     StepOutcome,
+    catch_up_share,
     expected_tokens,
     next_lookahead,
 )
@@ -94,17 +96,6 @@ def test_goodput_speculates_when_verify_is_cheap_and_not_when_it_is_not() -> Non
     # a row about to finish gains nothing from a long lookahead
     short = BatchShape(alphas=[0.9], remaining=[2], span=10)
     assert flat.choose(short) <= 1
-
-
-def test_goodput_catches_a_lagging_draft_up_only_when_the_row_repays_it() -> None:
-    flat = GoodputLookahead(
-        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
-    )
-    assert flat.choose(BatchShape(alphas=[0.9] * 4, remaining=[100] * 4, span=100)) > 0
-    assert flat.catch_up_pays(remaining=200, lag=50, span=60)
-    assert not flat.catch_up_pays(remaining=1, lag=500, span=510)
-    assert flat.choose(BatchShape(alphas=[0.05] * 4, remaining=[100] * 4, span=100)) == 0
-    assert not flat.catch_up_pays(remaining=200, lag=50, span=60), "no catch-up while K = 0 pays best"
 
 
 def test_step_overhead_favours_longer_steps() -> None:
@@ -195,6 +186,56 @@ def test_goodput_learns_again_when_the_cost_changes() -> None:
     back = _run(policy, cheap, 800, alpha, seed=2)
     assert Counter(back[400:]).most_common(1)[0][0] >= 2
     assert _rate(cheap, alpha, back[400:]) >= 2 * _rate(cheap, alpha, [0])
+
+
+def test_catch_up_is_spread_over_the_tokens_it_lets_a_row_speculate() -> None:
+    assert catch_up_share(0.3, committed=3, remaining=30) == pytest.approx(0.03)
+    assert catch_up_share(0.3, committed=0, remaining=30) == 0.0
+    assert catch_up_share(0.3, committed=5, remaining=4) == 0.3, "the last step pays what is left"
+    owed, charged = 0.3, 0.0
+    for remaining in range(30, 0, -3):
+        share = catch_up_share(owed, committed=3, remaining=remaining)
+        owed, charged = owed - share, charged + share
+    assert charged == pytest.approx(0.3) and owed == pytest.approx(0.0)
+
+
+def _run_with_catch_up(policy: GoodputLookahead, world: World, steps: int, alpha: float, lag_cost: float):
+    """Drive the policy where the draft lags by one token per plain step and a
+    speculative step after more than three catches it up at ``lag_cost`` seconds per
+    token missed, owed over the next 100 tokens as the engine charges it; the K of
+    each step."""
+    rng, owed, lag, chosen = random.Random(0), 0.0, 0, []
+    for _ in range(steps):
+        k = policy.choose(BATCH)
+        if k and lag > 3:
+            owed += lag * lag_cost
+        lag = 0 if k else lag + 1
+        committed = 4 * expected_tokens(alpha, k, 1000)
+        share = catch_up_share(owed, round(committed), 100) if k else 0.0
+        owed -= share
+        seconds = world(k) * rng.uniform(0.95, 1.05) + share
+        policy.record(StepOutcome(k, BATCH, 4 * k, round(committed) - 4, round(committed), seconds))
+        chosen.append(k)
+    return chosen
+
+
+def _flips(ks: list[int]) -> int:
+    """How often speculation was switched on or off."""
+    return sum((a > 0) != (b > 0) for a, b in itertools.pairwise(ks))
+
+
+def test_goodput_pays_for_catching_up_without_flipping_speculation_on_and_off() -> None:
+    # speculating loses a little at this α; each switch back on pays for the lag
+    losing = _world(plain=0.01, draft=0.003, verify_per_token=0.003)
+    assert _best_k(losing, 0.5) == 0
+    chosen = _run_with_catch_up(_optimistic_policy(), losing, steps=800, alpha=0.5, lag_cost=0.002)
+    assert Counter(chosen[200:])[0] >= 0.95 * 600
+    assert _flips(chosen[200:]) <= 6, "speculation is not switched on and off every few steps"
+    # where speculating wins, what switching it on cost does not switch it off
+    winning = _world(plain=0.01, draft=0.0005, verify_per_token=0.001)
+    chosen = _run_with_catch_up(_optimistic_policy(), winning, steps=800, alpha=0.8, lag_cost=0.002)
+    assert Counter(k > 0 for k in chosen[200:])[True] >= 0.98 * 600
+    assert _rate(winning, 0.8, chosen[200:]) >= 0.97 * _rate(winning, 0.8, [_best_k(winning, 0.8)])
 
 
 def test_goodput_keeps_its_evidence_per_batch_size() -> None:
