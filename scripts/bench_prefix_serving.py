@@ -372,7 +372,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_prefix_serving.png"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    for transport in ("httpx", "httpx2"):  # the openai client's transport: a line per request otherwise
+        logging.getLogger(transport).setLevel(logging.WARNING)
     rounds = args.rounds or (1 if args.quick else 3)
     text = Text(ROOT / ".models/tiny/target", seed=11)
     workloads = {
