@@ -9,15 +9,17 @@ admission decisions, taken per instance whenever it reports its state:
   error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
   token against the per-token SLA.
-- **whom**: queued prompts sit in bins by predicted length (equal-mass edges). The
-  order is least slack first — slack being the time left before the prompt's SLA
-  (first token within ``ttft_sla_s``; finish within its per-token budget; or the
-  client's own deadline) minus its predicted service time. A prompt whose SLA is
+- **whom**: one order over the whole queue, least slack first, slack being the time
+  left before the prompt's SLA (first token within ``ttft_sla_s``; finish within its
+  per-token budget; or the client's own deadline) minus its predicted service time. A prompt whose SLA is
   already lost is served after those that can still make theirs, and a prompt that
   waited ``starvation_s`` goes first, so no bin and no prompt starves. When the head
   of the order does not fit an instance's free memory, the next prompt in the order
-  that fits goes instead (in practice one of a shorter bin). The bins' depths are what
-  the metrics report per bin.
+  that fits goes instead (in practice a shorter one). Queued prompts are filed in bins by
+  predicted length (equal-mass edges), but in this order the bins decide nothing: their
+  depths are what the metrics report per bin. Rows join and leave at every step, so the
+  static batch's cost that bins cut (a batch lasts as long as its longest member) does
+  not arise; ``order="multibin"`` is where they decide.
 - **where**: an idle or lightly loaded instance takes the next prompt; among instances
   within ``prefix_affinity_rows`` rows of the least loaded, the one the prompt's prefix
   was last sent to goes first (its KV blocks are likely still cached there), so the
@@ -29,6 +31,14 @@ admission decisions, taken per instance whenever it reports its state:
   refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
   only miss its SLA and make the ones behind it miss theirs. A queued prompt whose
   client deadline can no longer be met is shed early instead of taking a slot.
+
+``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
+batch size) on live instances: an idle instance takes one batch of up to
+min(b_mem, b_SLA) prompts, all from one length bin, and takes nothing more until every
+row of it has left. A bin is ready when it holds a full batch or its oldest prompt has
+waited ``flush_s``; among ready bins the one whose oldest prompt came first goes. Batching
+similar predicted lengths together shortens a batch to about its members' common length
+instead of the longest of a mixed draw.
 
 ``order="fcfs"`` with ``memory_aware=False`` and ``sla_aware=False`` is what
 first-come continuous batchers (vLLM) do: one queue, arrival order, start whatever
@@ -51,7 +61,7 @@ from specbatch.scheduling.load import InstanceLoad
 from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
 
-ORDERS = ("least_slack", "fcfs")
+ORDERS = ("least_slack", "multibin", "fcfs")
 
 
 class QueueFullError(RuntimeError):
@@ -76,13 +86,14 @@ class AdmissionConfig:
     prefill_tokens_per_s: float = 2000.0  # until an instance has measured its own
     max_predicted_tokens: float = 1024.0
     prefix_affinity_rows: int = 2  # how much busier a prefix's holder may be and still get it; -1: off
+    flush_s: float = 0.5  # multibin: how long a bin's oldest prompt waits for a full batch
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
             raise PolicyConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
         if self.num_bins < 1 or self.queue_limit < 1 or self.max_rows < 1:
             raise PolicyConfigError("num_bins, queue_limit and max_rows must be at least 1")
-        for name in ("ttft_sla_s", "tpot_sla_s", "starvation_s", "prefill_tokens_per_s"):
+        for name in ("ttft_sla_s", "tpot_sla_s", "starvation_s", "prefill_tokens_per_s", "flush_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise PolicyConfigError(f"{name} must be a finite number > 0, got {value!r}")
@@ -194,8 +205,11 @@ class AdmissionPolicy:
         """The next moment the order or the shedding changes without any event."""
         times = []
         tpot = self._tpot_estimate()
+        flushing = self.config.order == "multibin"
         for _, request in self._queued.values():
             times.append(request.arrival_s + self.config.starvation_s)
+            if flushing:
+                times.append(request.arrival_s + self.config.flush_s)
             if request.deadline_s is not None:
                 times.append(request.deadline_s - self._service_s(request, tpot))
         future = [t for t in times if t > now_s]
@@ -242,6 +256,12 @@ class AdmissionPolicy:
         with its own device) instead of packing onto the first; the holder of the next
         prompt's prefix goes first when it is nearly as idle (``prefix_affinity_rows``)."""
         started: dict[str, list[QueuedRequest]] = {}
+        if self.config.order == "multibin":
+            for name in sorted(self._instances, key=lambda n: self._instances[n].rows):
+                chosen = self.admit(name, now_s)
+                if chosen:
+                    started[name] = chosen
+            return started
         while self._queued:
             for name in self._placement_order(now_s):
                 chosen = self.admit(name, now_s, limit=1)
@@ -276,19 +296,10 @@ class AdmissionPolicy:
             room = min(room, limit)
         if room <= 0 or not self._queued:
             return []
-        headroom = self._headroom(instance)
-        chosen: list[QueuedRequest] = []
-        for request in self._ordered(now_s):
-            if len(chosen) == room:
-                break
-            need = self._need(request)
-            margin = self._margin(instance.rows + len(chosen) + 1)
-            if need + margin > headroom:
-                if self.config.order == "fcfs":
-                    break  # first come, first served: nobody overtakes the head
-                continue
-            headroom -= need
-            chosen.append(request)
+        if self.config.order == "multibin":
+            chosen = self._one_bins_batch(instance, room, now_s)
+        else:
+            chosen = self._fitting(instance, self._ordered(now_s), room)
         for request in chosen:
             del self._queued[request.request_id]
             instance.reserved[request.request_id] = self._need(request)
@@ -296,6 +307,42 @@ class AdmissionPolicy:
         return chosen
 
     # ---- internals --------------------------------------------------------------------
+
+    def _fitting(
+        self, instance: _Instance, candidates: list[QueuedRequest], room: int
+    ) -> list[QueuedRequest]:
+        """Up to ``room`` of the candidates, in their order, whose KV fits the instance's
+        headroom with the CLT margin; first come first served stops at the first misfit."""
+        headroom = self._headroom(instance)
+        chosen: list[QueuedRequest] = []
+        for request in candidates:
+            if len(chosen) == room:
+                break
+            need = self._need(request)
+            if need + self._margin(instance.rows + len(chosen) + 1) > headroom:
+                if self.config.order in ("fcfs", "multibin"):
+                    break  # arrival order: nobody overtakes the head
+                continue
+            headroom -= need
+            chosen.append(request)
+        return chosen
+
+    def _one_bins_batch(self, instance: _Instance, room: int, now_s: float) -> list[QueuedRequest]:
+        """Multibin: an idle instance's next batch, from the ready bin whose oldest prompt
+        came first; an instance still running its batch takes nothing."""
+        if instance.rows:
+            return []
+        bins: dict[int, list[QueuedRequest]] = {}
+        for bin_index, request in self._queued.values():
+            bins.setdefault(bin_index, []).append(request)
+        ready = []
+        for members in bins.values():
+            members.sort(key=lambda request: request.arrival_s)
+            if len(members) >= room or now_s - members[0].arrival_s >= self.config.flush_s:
+                ready.append(members)
+        if not ready:
+            return []
+        return self._fitting(instance, min(ready, key=lambda members: members[0].arrival_s), room)
 
     def _instance(self, name: str) -> _Instance:
         try:

@@ -6,7 +6,8 @@ back to back while it has rows, each step lasting
 ``base + per_row × rows + per_prefill_token × prompt tokens started`` and giving every
 running row one token. Rows join and leave at step boundaries. After every step the
 instance reports its load to the same `AdmissionPolicy` object the server runs, on a
-virtual clock, and the policy decides who starts next.
+virtual clock, and the policy decides who starts next; where the policy's order changes
+with time alone (its ``next_wakeup_s``), an idle instance asks again then.
 """
 
 from __future__ import annotations
@@ -140,8 +141,23 @@ class ContinuousSimulator:
                 duration = self._costs.step_s(len(state.rows), prefill)
                 heapq.heappush(events, (now + duration, next(order), "step", index))
 
+        wakeups: set[float] = set()
+
+        def start_idle(now: float) -> None:
+            for index in range(len(states)):
+                if not states[index].stepping:
+                    start_rows(index, now)
+            wake = policy.next_wakeup_s(now)  # e.g. a multibin bin's flush: no event brings it
+            if wake is not None and wake not in wakeups and any(not s.stepping for s in states):
+                wakeups.add(wake)
+                heapq.heappush(events, (wake, next(order), "wake", -1))
+
         while events:
             now, _, kind, subject = heapq.heappop(events)
+            if kind == "wake":
+                wakeups.discard(now)
+                start_idle(now)
+                continue
             if kind == "arrive":
                 request = by_id[subject]
                 queued = QueuedRequest(
@@ -156,9 +172,7 @@ class ContinuousSimulator:
                 except QueueFullError:
                     outcomes[subject].status = "rejected"
                     continue
-                for index in range(len(states)):
-                    if not states[index].stepping:
-                        start_rows(index, now)
+                start_idle(now)
                 continue
             state = states[subject]
             state.stepping = False
@@ -178,9 +192,7 @@ class ContinuousSimulator:
             policy.report(names[subject], state.load())
             start_rows(subject, now)
             if not state.rows:
-                for index in range(len(states)):
-                    if not states[index].stepping:
-                        start_rows(index, now)
+                start_idle(now)
         for outcome in _shed(policy, math.inf, outcomes):
             outcome.status = "shed"
         return [outcomes[r.request_id] for r in requests]

@@ -34,8 +34,10 @@ def build_sla(settings: ModelSettings) -> SlaTargets:
 
 
 def build_admission(settings: ModelSettings) -> AdmissionPolicy:
-    """`admission`: `least_slack` (bins, SLA order, b_mem and b_SLA per instance) or
-    `fcfs` (one queue in arrival order, start what fits now: what vLLM does)."""
+    """`admission`: `least_slack` (bins, SLA order, b_mem and b_SLA per instance),
+    `multibin` (an idle instance runs one length bin's batch to completion: the papers'
+    setting) or `fcfs` (one queue in arrival order, start what fits now: what vLLM does).
+    `b_mem`, `b_sla` and `deadline_shedding` (on by default) switch one part off."""
     order = settings.raw("admission", "least_slack")
     smart = order != "fcfs"
     sla = build_sla(settings)
@@ -50,12 +52,13 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             tpot_sla_s=sla.tpot_s or 0.1,
             starvation_s=settings.number("starvation_bound_ms", 10000.0) / 1000.0,
             max_rows=settings.integer("batch_size_max", 64),
-            memory_aware=smart,
-            sla_aware=smart,
-            shed_deadlines=smart,
+            memory_aware=smart and settings.switch("b_mem", True),
+            sla_aware=smart and settings.switch("b_sla", True),
+            shed_deadlines=smart and settings.switch("deadline_shedding", True),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
+            flush_s=settings.number("multibin_flush_ms", 500.0) / 1000.0,
         )
     )
 
