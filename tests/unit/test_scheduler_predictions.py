@@ -1,0 +1,81 @@
+"""What the scheduler core teaches its length predictor: the lengths rows ended at by
+themselves, never a length a client's max_tokens cut short (a lower bound, not a length).
+The test plays the instance and reads the predictions the admission policy is given."""
+
+from __future__ import annotations
+
+from serving_helpers import RecordingReply, word_target
+
+from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.requests import QueuedRequest
+from specbatch.serving.messages import RowOutcome, Run
+from specbatch.serving.params import ServingLimits
+from specbatch.serving.scheduler.core import SchedulerCore
+from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
+
+INFOBENCH = "Instruction: Name three colours.\nQuestion: \nGeneration:"
+IDLE = InstanceLoad(blocks_total=256, blocks_free=256, block_size=16)
+
+
+class PredictionsSeen(AdmissionPolicy):
+    """The server's policy, recording the predicted length of every prompt it queues."""
+
+    def __init__(self) -> None:
+        super().__init__(AdmissionConfig())
+        self.predicted: list[float] = []
+
+    def enqueue_all(self, requests: list[QueuedRequest]) -> None:
+        self.predicted.extend(request.predicted_tokens for request in requests)
+        super().enqueue_all(requests)
+
+
+class Instance:
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+
+    def send(self, message) -> None:
+        if isinstance(message, Run):
+            self.runs.append(message)
+
+    def terminate(self) -> None:
+        raise AssertionError("no instance hangs in these tests")
+
+
+async def no_graphs(text: str) -> str:
+    raise AssertionError("no graph prompt in these tests")
+
+
+def answer_every_request(max_tokens: int, produced: int, finish_reason: str, times: int) -> list[float]:
+    """Predictions the policy saw for ``times`` requests of INFOBENCH, then one more at
+    max_tokens 64, each answered with ``produced`` tokens ending for ``finish_reason``."""
+    policy, instance = PredictionsSeen(), Instance()
+    intake = RequestIntake(
+        ServingLimits(max_tokens_cap=64, default_max_tokens=8), word_target(256), lambda: 100.0
+    )
+    core = SchedulerCore(intake, policy, no_graphs, clock=lambda: 100.0)
+    core.instance_joined("s", IDLE, instance)
+    for _ in range(times):
+        core.submit(
+            RoutedRequest(prompts=(INFOBENCH,), tasks=("infobench",), max_tokens=[max_tokens]),
+            RecordingReply(),
+        )
+        row = instance.runs[-1].rows[0].row
+        outcome = RowOutcome(
+            "red " * produced, num_output_tokens=produced, finish_reason=finish_reason, instance="s"
+        )
+        core.instance_done(instance, row, outcome, IDLE)
+    core.submit(RoutedRequest(prompts=(INFOBENCH,), tasks=("infobench",), max_tokens=[64]), RecordingReply())
+    return policy.predicted
+
+
+def test_rows_cut_at_max_tokens_do_not_teach_the_predictor_a_length():
+    seen = answer_every_request(max_tokens=8, produced=8, finish_reason="length", times=20)
+    assert seen[:-1] == [8] * 20  # the cap bounds each prediction
+    assert seen[-1] == 64, "twenty rows cut at 8 tokens say nothing against a longer answer"
+
+
+def test_rows_that_ended_by_themselves_do():
+    seen = answer_every_request(max_tokens=64, produced=5, finish_reason="stop", times=20)
+    assert seen[0] == 64
+    assert seen[-1] < 32  # learned: the answers are short
