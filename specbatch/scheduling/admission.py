@@ -42,9 +42,12 @@ instead of the longest of a mixed draw.
 
 ``order="fcfs"`` with ``memory_aware=False`` and ``sla_aware=False`` is what
 first-come continuous batchers (vLLM) do: one queue, arrival order, start whatever
-fits in the blocks free right now. The policy reads no clock; every call takes
-``now_s``, so the simulator's virtual clock and the server's wall clock drive the
-same decisions.
+fits in the blocks free right now. ``order="shortest_first"`` is the same with the
+queue ranked by predicted output length, shortest first (a prompt waiting
+``starvation_s`` goes first): the learning-to-rank serving policy, blind to SLAs.
+
+The policy reads no clock; every call takes ``now_s``, so the simulator's virtual clock
+and the server's wall clock drive the same decisions.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ from specbatch.scheduling.load import InstanceLoad
 from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
 
-ORDERS = ("least_slack", "multibin", "fcfs")
+ORDERS = ("least_slack", "multibin", "fcfs", "shortest_first")
+UNBINNED = ("fcfs", "shortest_first")  # one queue, no capacity-sized bound
 
 
 class QueueFullError(RuntimeError):
@@ -122,7 +126,7 @@ class AdmissionPolicy:
     def __init__(self, config: AdmissionConfig) -> None:
         self.config = config
         self._bins = BinBoundaries(
-            1 if config.order == "fcfs" else config.num_bins, high=config.max_predicted_tokens
+            1 if config.order in UNBINNED else config.num_bins, high=config.max_predicted_tokens
         )
         self._queued: dict[Hashable, tuple[int, QueuedRequest]] = {}
         self._instances: dict[str, _Instance] = {}
@@ -139,7 +143,7 @@ class AdmissionPolicy:
 
     def depths(self) -> list[int]:
         """Prompts waiting per length bin."""
-        depths = [0] * (1 if self.config.order == "fcfs" else self.config.num_bins)
+        depths = [0] * (1 if self.config.order in UNBINNED else self.config.num_bins)
         for bin_index, _ in self._queued.values():
             depths[bin_index] += 1
         return depths
@@ -172,7 +176,7 @@ class AdmissionPolicy:
     def queue_bound(self) -> int:
         """How many prompts may wait now: ``queue_seconds`` of estimated capacity."""
         cfg = self.config
-        if cfg.order == "fcfs" or not self._instances or self._predicted.count == 0:
+        if cfg.order in UNBINNED or not self._instances or self._predicted.count == 0:
             return cfg.queue_limit
         per_row_s = max(self._predicted.mean, 1.0) * self._tpot_estimate()
         rows = sum(self._row_cap(i) for i in self._instances.values())
@@ -320,8 +324,8 @@ class AdmissionPolicy:
                 break
             need = self._need(request)
             if need + self._margin(instance.rows + len(chosen) + 1) > headroom:
-                if self.config.order in ("fcfs", "multibin"):
-                    break  # arrival order: nobody overtakes the head
+                if self.config.order != "least_slack":
+                    break  # the head of the order is not overtaken
                 continue
             headroom -= need
             chosen.append(request)
@@ -392,8 +396,16 @@ class AdmissionPolicy:
         requests = [request for _, request in self._queued.values()]
         if self.config.order == "fcfs":
             return requests  # dict order is arrival order
-        tpot = self._tpot_estimate()
         cfg = self.config
+        if cfg.order == "shortest_first":
+
+            def rank(request: QueuedRequest) -> tuple[int, float, float]:
+                if now_s - request.arrival_s >= cfg.starvation_s:
+                    return (0, request.arrival_s, 0.0)  # starved: in arrival order, first
+                return (1, request.predicted_tokens, request.arrival_s)
+
+            return sorted(requests, key=rank)
+        tpot = self._tpot_estimate()
 
         def priority(request: QueuedRequest) -> tuple[int, float]:
             waited = now_s - request.arrival_s

@@ -72,3 +72,22 @@ def test_run_rows_waits_for_every_row_and_answers_in_row_order(tiny_pair):
     assert [o.text for o in outcomes] == [expected[0].text, "", expected[1].text]
     assert "context" in outcomes[1].error
     assert run_rows(lambda send: InstanceRunner(engine, "direct", send), []) == []
+
+
+def test_run_rows_answers_each_request_as_soon_as_its_own_rows_are_done(tiny_pair):
+    engine = make_engine(tiny_pair)
+    rows = [
+        RowWork(0, GENERATE, PROMPTS[0], max_tokens=40),
+        RowWork(1, GENERATE, PROMPTS[1], max_tokens=2),
+        RowWork(2, GENERATE, PROMPTS[1], max_tokens=3),
+    ]
+    answered: list[tuple[int, list[str]]] = []
+    outcomes = run_rows(
+        lambda send: InstanceRunner(engine, "direct", send),
+        rows,
+        [0, 1, 1],
+        lambda owner, mine: answered.append((owner, [o.text for o in mine])),
+    )
+    assert [owner for owner, _ in answered] == [1, 0], "the short request does not wait for the long one"
+    assert answered[0][1] == [outcomes[1].text, outcomes[2].text]
+    assert answered[1][1] == [outcomes[0].text]

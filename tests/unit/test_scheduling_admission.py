@@ -365,3 +365,16 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     assert built.flush_s == 0.25
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
+
+
+def test_shortest_first_ranks_by_predicted_length_and_a_starved_prompt_goes_first():
+    admission = policy(
+        order="shortest_first", max_rows=1, memory_aware=False, shed_deadlines=False, starvation_s=5.0
+    )
+    admission.enqueue(request("long", arrival=0.0, predicted=300))
+    admission.enqueue(request("short", arrival=1.0, predicted=20))
+    admission.enqueue(request("middle", arrival=0.5, predicted=100))
+    assert [r.request_id for r in admission.admit("a", 2.0)] == ["short"]
+    assert admission.depths() == [2], "one queue, no bins"
+    admission.finished("a", request("short"), 20)
+    assert [r.request_id for r in admission.admit("a", 6.0)] == ["long"], "waited past the starvation bound"

@@ -83,15 +83,19 @@ class TritonPythonModel:
             except (ValueError, KeyError, TypeError) as exc:
                 sender.send(error_response(f"{self.name}: bad request: {exc}"), flags=FINAL)
                 continue
+            if not parsed:
+                sender.send(error_response(f"{self.name}: bad request: no prompt"), flags=FINAL)
+                continue
             rows += parsed
             owners += [index] * len(parsed)
-        outcomes = run_rows(
-            lambda send: InstanceRunner(self.engine, self.name, send, faults=self.faults), rows
+        run_rows(
+            lambda send: InstanceRunner(self.engine, self.name, send, faults=self.faults),
+            rows,
+            owners,
+            lambda index, mine: senders[index].send(
+                response(direct_arrays(mine), batched=self.batched), flags=FINAL
+            ),
         )
-        for index, sender in enumerate(senders):
-            mine = [o for o, owner in zip(outcomes, owners, strict=True) if owner == index]
-            if mine:
-                sender.send(response(direct_arrays(mine), batched=self.batched), flags=FINAL)
         return None
 
     def finalize(self):

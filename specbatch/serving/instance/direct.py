@@ -2,15 +2,18 @@
 
 With `max_batch_size` > 0 (configs/cpu_triton_batching.pbtxt) Triton's own dynamic
 batcher forms the batches and hands them to execute(), which runs them on this
-instance's engine and returns when the last row is done: static batches, the baseline
-the scheduler is measured against. Rows go through the same `InstanceRunner` as the
-scheduler's, with a collector in place of the connection.
+instance's engine, answers each request as soon as its own rows are done, and returns
+(taking the next batch) when the last row is: static batches, the baseline the
+scheduler is measured against, answering as its users would have it. Rows go through
+the same `InstanceRunner` as the scheduler's, with a collector in place of the
+connection.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -57,8 +60,20 @@ def rows_from_arrays(arrays: Mapping[str, np.ndarray], first_row: int) -> list[R
     ]
 
 
-def run_rows(runner_for: Callable[[Send], InstanceRunner], rows: Sequence[RowWork]) -> list[RowOutcome]:
-    """Run rows on a fresh runner (``runner_for(send)``) and wait for every outcome."""
+def run_rows(
+    runner_for: Callable[[Send], InstanceRunner],
+    rows: Sequence[RowWork],
+    owners: Sequence[int] | None = None,
+    answer: Callable[[int, list[RowOutcome]], None] | None = None,
+) -> list[RowOutcome]:
+    """Run rows on a fresh runner (``runner_for(send)``) and wait for every outcome.
+
+    ``owners[i]`` names the request row i belongs to; ``answer(owner, outcomes)`` is
+    called, from the runner's thread, as soon as that request's last row is done, so a
+    short request in a static batch is not held until the batch's longest row ends (its
+    model is decoupled: a response may go out before execute() returns)."""
+    owner_of = {row.row: owner for row, owner in zip(rows, owners or [0] * len(rows), strict=True)}
+    left = Counter(owner_of.values())
     outcomes: dict[int, RowOutcome] = {}
     finished = threading.Event()
     lock = threading.Lock()
@@ -66,10 +81,16 @@ def run_rows(runner_for: Callable[[Send], InstanceRunner], rows: Sequence[RowWor
     def collect(message: Message) -> None:
         if not isinstance(message, Done):
             return
+        owner = owner_of[message.row]
         with lock:
             outcomes[message.row] = message.outcome
+            left[owner] -= 1
+            complete = left[owner] == 0
+            mine = [outcomes[row.row] for row in rows if owner_of[row.row] == owner] if complete else []
             if len(outcomes) == len(rows):
                 finished.set()
+        if complete and answer is not None:
+            answer(owner, mine)
 
     runner = runner_for(collect)
     if rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from specbatch.routing import GraphSolverPool, GraphTimeoutError, SolverBusyError
-from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
+from specbatch.scheduling.admission import UNBINNED, AdmissionConfig, AdmissionPolicy
 from specbatch.serving.faults import FaultHooks
 from specbatch.serving.latency import SlaTargets
 from specbatch.serving.params import PromptError, ServingLimits
@@ -36,10 +36,11 @@ def build_sla(settings: ModelSettings) -> SlaTargets:
 def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     """`admission`: `least_slack` (bins, SLA order, b_mem and b_SLA per instance),
     `multibin` (an idle instance runs one length bin's batch to completion: the papers'
-    setting) or `fcfs` (one queue in arrival order, start what fits now: what vLLM does).
+    setting), `fcfs` (one queue in arrival order, start what fits now: what vLLM does)
+    or `shortest_first` (the same queue ranked by predicted length, blind to SLAs).
     `b_mem`, `b_sla` and `deadline_shedding` (on by default) switch one part off."""
     order = settings.raw("admission", "least_slack")
-    smart = order != "fcfs"
+    smart = order not in UNBINNED
     sla = build_sla(settings)
     return AdmissionPolicy(
         AdmissionConfig(
