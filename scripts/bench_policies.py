@@ -162,12 +162,16 @@ def drive(url: str, setup: Setup, arrivals: list[TimedRequest], timeout_s: float
         first.setdefault(response.id, at)
         if not final:
             continue
+        instance = result.as_numpy("model_instance")  # the ensemble's output, not qwen3_specdec's
         records.append(
             {
                 "id": int(response.id),
                 "ttft_s": first[response.id] - sent[response.id],
                 "e2e_s": at - sent[response.id],
                 "output_tokens": int(result.as_numpy("num_output_tokens").reshape(-1)[0]),
+                "input_tokens": int(result.as_numpy("num_input_tokens").reshape(-1)[0]),
+                "instance": "" if instance is None else instance.reshape(-1)[0].decode(),
+                "first_s": first[response.id] - start,
                 "done_s": at - start,
                 "error": "",
             }

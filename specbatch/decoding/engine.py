@@ -64,6 +64,7 @@ ScoringDone = Callable[[ChoiceScores | None, str], None]
 BATCHING = ("continuous", "static")
 DEFAULT_ROWS_OF_CONTEXT = 1024  # default pool: max_rows rows of this many tokens
 STEP_SECONDS_SMOOTHING = 0.2
+PREFILL_REFERENCE_TOKENS = 256  # the prompt length the reported prefill cost is priced at
 
 
 @dataclass
@@ -627,6 +628,18 @@ class Engine:
         it already counts the blocks a finishing row handed back."""
         return self._take_snapshot()
 
+    def _prefill_seconds_per_token(self) -> float:
+        """Seconds a prompt token costs to prefill (target, and draft where there is one),
+        by the fitted pass costs at a prompt of PREFILL_REFERENCE_TOKENS; 0 before a pass of
+        either network has been timed."""
+        tokens = PREFILL_REFERENCE_TOKENS
+        seconds = sum(
+            costs.predict(tokens, tokens, tokens * tokens)
+            for name, costs in self.runner.costs.items()
+            if name in ("target", "draft") and costs.observations
+        )
+        return seconds / tokens
+
     def _take_snapshot(self) -> InstanceLoad:
         prefixes = self.prefixes.stats()
         return InstanceLoad(
@@ -642,6 +655,7 @@ class Engine:
             tokens_per_row_step=_counts(self._tokens_per_row_step, MAX_LOOKAHEAD + 1),
             preemptions=self._preemptions,
             max_rows=self.max_rows,
+            prefill_seconds_per_token=self._prefill_seconds_per_token(),
             prefix_hit_tokens=prefixes.hit_tokens,
             prefix_miss_tokens=prefixes.miss_tokens,
             cached_blocks=prefixes.cached_blocks,

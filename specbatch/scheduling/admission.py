@@ -26,7 +26,8 @@ admission decisions, taken per instance whenever it reports its state:
   turns of a conversation and the requests sharing a system prompt skip their prefill.
   A busier holder does not: load decides.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
-  estimated capacity (rows they may run ÷ seconds a row takes), never more than
+  estimated capacity, counted in what prompts cost them (decoding shared by the rows
+  they may run, prefill by the whole instance; see ``queue_bound``), never more than
   ``queue_limit`` nor fewer than ``queue_min`` prompts, and a prompt past that is
   refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
   only miss its SLA and make the ones behind it miss theirs. A queued prompt whose
@@ -133,6 +134,7 @@ class AdmissionPolicy:
         self._prefix_holders = PrefixHolders()
         self._prediction_error = RunningStats()
         self._predicted = RunningStats()
+        self._inputs = RunningStats()
         self._theta = NormalDist().inv_cdf(1.0 - config.eps_mem)
 
     # ---- the queue --------------------------------------------------------------------
@@ -166,6 +168,7 @@ class AdmissionPolicy:
         for request in requests:
             self._bins.observe(request.predicted_tokens)
             self._predicted.add(request.predicted_tokens)
+            self._inputs.add(request.input_tokens)
             self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
 
     def bin_of(self, request_id: Hashable) -> int | None:
@@ -174,13 +177,22 @@ class AdmissionPolicy:
         return None if entry is None else entry[0]
 
     def queue_bound(self) -> int:
-        """How many prompts may wait now: ``queue_seconds`` of estimated capacity."""
+        """How many prompts may wait now: ``queue_seconds`` of estimated capacity.
+
+        Capacity is counted in the work prompts cost, not in rows: an instance running r
+        rows finishes a prompt's decoding every (predicted tokens x seconds per token) / r
+        seconds, and its prefill holds the whole instance for (prompt tokens x seconds per
+        prompt token). So a prompt-heavy mix (long prompts, scoring rows of one token) is
+        given a queue its instances can really drain in ``queue_seconds``."""
         cfg = self.config
         if cfg.order in UNBINNED or not self._instances or self._predicted.count == 0:
             return cfg.queue_limit
-        per_row_s = max(self._predicted.mean, 1.0) * self._tpot_estimate()
-        rows = sum(self._row_cap(i) for i in self._instances.values())
-        bound = int(rows / per_row_s * cfg.queue_seconds)
+        decode_s = max(self._predicted.mean, 1.0) * self._tpot_estimate()
+        prefill_s = self._inputs.mean * self._prefill_s_per_token()
+        prompts_per_s = sum(
+            1.0 / (decode_s / self._row_cap(instance) + prefill_s) for instance in self._instances.values()
+        )
+        bound = int(prompts_per_s * cfg.queue_seconds)
         return min(cfg.queue_limit, max(cfg.queue_min, bound))
 
     def requeue(self, request: QueuedRequest) -> None:
@@ -384,7 +396,16 @@ class AdmissionPolicy:
         return self._prefill_s(request) + request.predicted_tokens * tpot
 
     def _prefill_s(self, request: QueuedRequest) -> float:
-        return request.input_tokens / self.config.prefill_tokens_per_s
+        return request.input_tokens * self._prefill_s_per_token()
+
+    def _prefill_s_per_token(self) -> float:
+        """What the instances measured a prompt token costs, else the configured rate."""
+        measured = [
+            i.load.prefill_seconds_per_token
+            for i in self._instances.values()
+            if i.load.prefill_seconds_per_token > 0
+        ]
+        return sum(measured) / len(measured) if measured else 1.0 / self.config.prefill_tokens_per_s
 
     def _tpot_estimate(self) -> float:
         measured = [

@@ -23,6 +23,9 @@ class InstanceLoad:
     tokens_per_row_step: tuple[int, ...] = ()
     preemptions: int = 0
     max_rows: int = 64
+    # seconds one prompt token costs to prefill (0 until measured): admission counts
+    # prompt-heavy work in what it costs, not in rows
+    prefill_seconds_per_token: float = 0.0
     # the engine's prefix cache, counted since it started: prompt tokens found cached and
     # computed at admission, named blocks (held or evictable), evictable ones, evictions
     prefix_hit_tokens: int = 0

@@ -64,13 +64,37 @@ def test_fcfs_keeps_arrival_order():
 
 def test_the_queue_bound_follows_the_estimated_capacity():
     admission = policy(queue_limit=1000, queue_min=4, queue_seconds=2.0, max_rows=10)
-    admission.enqueue(request(0, predicted=20))
-    # 10 rows x 20 tokens x 0.1 s/token: one row takes 2 s, 5 rows/s, 2 s of queue = 10
-    assert admission.queue_bound() == 10
+    admission.enqueue(request(0, predicted=20, input_tokens=10))
+    # decoding: 20 tokens x 0.1 s/token shared by 10 rows, 0.2 s a prompt; prefill: 10
+    # tokens at the configured 2000 tokens/s, 0.005 s: 4.88 prompts/s, 2 s of queue = 9
+    assert admission.queue_bound() == 9
     admission.report(
         "a", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01, max_rows=64)
     )
-    assert admission.queue_bound() == 100
+    assert admission.queue_bound() == 80  # 0.02 + 0.005 s a prompt
+
+
+def test_the_queue_bound_counts_what_prompt_heavy_work_costs_not_rows():
+    def bound(input_tokens: int, prefill_seconds_per_token: float) -> int:
+        admission = policy(queue_limit=1000, queue_min=4, queue_seconds=2.0, max_rows=10)
+        admission.report(
+            "a",
+            InstanceLoad(
+                blocks_total=1000,
+                blocks_free=1000,
+                seconds_per_token=0.01,
+                max_rows=64,
+                prefill_seconds_per_token=prefill_seconds_per_token,
+            ),
+        )
+        for key in range(3):  # one-token scoring rows
+            admission.enqueue(request(key, predicted=1, input_tokens=input_tokens))
+        return admission.queue_bound()
+
+    # 1 token x 0.01 s / 10 rows = 0.001 s of decoding a prompt; its prefill dominates
+    assert bound(input_tokens=10, prefill_seconds_per_token=0.001) == int(2.0 / (0.001 + 0.01))
+    assert bound(input_tokens=400, prefill_seconds_per_token=0.001) == int(2.0 / (0.001 + 0.4))
+    assert bound(input_tokens=400, prefill_seconds_per_token=0.0) == int(2.0 / (0.001 + 0.2))
 
 
 def test_the_queue_is_bounded_and_refuses_at_once():
