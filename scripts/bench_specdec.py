@@ -34,6 +34,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,12 +108,26 @@ def _time_forward(model, batch: int, tokens: int, context: int, repeats: int) ->
 
 def measure_costs(pair: ModelPair, batch: int, repeats: int) -> dict:
     """Pass times at this batch: c = draft pass / target pass (one token per row), and
-    v(K) = a target pass over K+1 tokens per row (a verify pass) / a one-token pass."""
-    with torch.inference_mode():
-        target = _time_forward(pair.target, batch, 1, 64, repeats)
-        draft = _time_forward(pair.draft, batch, 1, 64, repeats)
-        verify = {k: _time_forward(pair.target, batch, k + 1, 64, repeats) / target for k in range(1, 9)}
-    return {"cost_ratio": draft / target, "verify_cost": verify, "target_pass_s": target}
+    v(K) = a target pass over K+1 tokens per row (a verify pass) / a one-token pass.
+
+    Timed on a worker thread, because the engine runs its passes on its loop thread:
+    on this CPU torch runs small matmuls markedly slower on a thread other than the
+    main one, so costs timed on the main thread would not be the engine's."""
+
+    def measure() -> dict:
+        with torch.inference_mode():
+            target = _time_forward(pair.target, batch, 1, 64, repeats)
+            draft = _time_forward(pair.draft, batch, 1, 64, repeats)
+            verify = {k: _time_forward(pair.target, batch, k + 1, 64, repeats) / target for k in range(1, 9)}
+        return {"cost_ratio": draft / target, "verify_cost": verify, "target_pass_s": target}
+
+    result: list[dict] = []
+    worker = threading.Thread(target=lambda: result.append(measure()), name="bench-costs")
+    worker.start()
+    worker.join()
+    if not result:
+        raise RuntimeError("measuring pass costs failed (see the traceback above)")
+    return result[0]
 
 
 def tokens_per_pass(alpha: float, lookahead: int) -> float:
@@ -472,7 +487,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="fewer tokens and repeats (under 3 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer tokens, batches and rounds (about 3 minutes on 2 cores)"
+    )
     parser.add_argument("--models", type=Path, default=Path(".models/controlled"))
     parser.add_argument("--pairs", nargs="+", default=list(CONTROLLED_ALPHAS))
     parser.add_argument("--batches", nargs="+", type=int, help="default 1 4 8 (1 8 with --quick)")
@@ -500,6 +517,7 @@ def main() -> None:
     logging.getLogger("specbatch").setLevel(logging.WARNING)
     torch.manual_seed(0)
 
+    commit, date = _commit(), time.strftime("%Y-%m-%d", time.gmtime())
     built = build_benchmark_pairs(args.models)
     started = time.perf_counter()
     rows: list[dict] = []
@@ -509,8 +527,8 @@ def main() -> None:
         rows.extend(bench_pair(name, pair_dir, args, record))
 
     print(
-        f"\n## Speculative decoding benchmark ({'quick' if args.quick else 'full'}, commit {_commit()}, "
-        f"{time.strftime('%Y-%m-%d', time.gmtime())}, {args.new_tokens} new tokens, "
+        f"\n## Speculative decoding benchmark ({'quick' if args.quick else 'full'}, commit {commit}, "
+        f"{date}, {args.new_tokens} new tokens, "
         f"1 warm-up + {args.runs} timed round(s), {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, {torch.get_num_threads()} threads, "
         f"{time.perf_counter() - started:.0f} s)\n"
