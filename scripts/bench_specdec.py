@@ -8,6 +8,18 @@ generation (``assistant_model=draft``; batch 1 only, so prompt by prompt). Every
 generates exactly ``--new-tokens`` tokens (end-of-sequence disabled everywhere) so
 tokens/s compare like for like.
 
+Every mode is built and warmed before anything is timed: each one first runs an untimed
+round identical to its timed ones (our engines' start-up cost calibration, first-call
+allocations and lazy initialisation all happen there), whatever ``--runs``. Each timed
+window holds one generation and nothing else. The modes then take turns over ``--runs``
+rounds (the order rotating each round); a row reports the median run and the spread
+(slowest and fastest run), and a speedup the median of the per-round ratios with their
+spread. ``decode`` is the same ratio over decode time alone (from the step in which
+every row has its first token to the last step, from the engine's step callbacks), the
+figure the analytical speedup is compared with. Our engines run with prefix caching
+off, so a round never reuses the prompt blocks an earlier round computed (Hugging Face
+recomputes every prompt too).
+
     python scripts/bench_specdec.py --quick --out results/specdec_quick.json
     python scripts/bench_specdec.py --out results/specdec.json
 
@@ -23,7 +35,9 @@ import logging
 import math
 import os
 import platform
+import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,12 +111,26 @@ def _time_forward(model, batch: int, tokens: int, context: int, repeats: int) ->
 
 def measure_costs(pair: ModelPair, batch: int, repeats: int) -> dict:
     """Pass times at this batch: c = draft pass / target pass (one token per row), and
-    v(K) = a target pass over K+1 tokens per row (a verify pass) / a one-token pass."""
-    with torch.inference_mode():
-        target = _time_forward(pair.target, batch, 1, 64, repeats)
-        draft = _time_forward(pair.draft, batch, 1, 64, repeats)
-        verify = {k: _time_forward(pair.target, batch, k + 1, 64, repeats) / target for k in range(1, 9)}
-    return {"cost_ratio": draft / target, "verify_cost": verify, "target_pass_s": target}
+    v(K) = a target pass over K+1 tokens per row (a verify pass) / a one-token pass.
+
+    Timed on a worker thread, because the engine runs its passes on its loop thread:
+    on this CPU torch runs small matmuls markedly slower on a thread other than the
+    main one, so costs timed on the main thread would not be the engine's."""
+
+    def measure() -> dict:
+        with torch.inference_mode():
+            target = _time_forward(pair.target, batch, 1, 64, repeats)
+            draft = _time_forward(pair.draft, batch, 1, 64, repeats)
+            verify = {k: _time_forward(pair.target, batch, k + 1, 64, repeats) / target for k in range(1, 9)}
+        return {"cost_ratio": draft / target, "verify_cost": verify, "target_pass_s": target}
+
+    result: list[dict] = []
+    worker = threading.Thread(target=lambda: result.append(measure()), name="bench-costs")
+    worker.start()
+    worker.join()
+    if not result:
+        raise RuntimeError("measuring pass costs failed (see the traceback above)")
+    return result[0]
 
 
 def tokens_per_pass(alpha: float, lookahead: int) -> float:
@@ -117,27 +145,77 @@ def best_lookahead(alpha: float, costs: dict) -> int:
     return max(range(1, 9), key=lambda k: tokens_per_pass(alpha, k) / (k * c + verify[k]))
 
 
-def interleaved_best(runs: int, tasks: dict[str, tuple]) -> dict[str, tuple]:
-    """Run every task (``(function, *args)`` returning ``(seconds, payload)``) ``runs``
-    times, taking turns, and keep each one's fastest outcome. The machine is shared:
-    taking turns spreads a burst of foreign load over all modes, and the minimum is the
-    least disturbed measurement."""
-    best: dict[str, tuple] = {}
-    for _ in range(runs):
-        for name, (function, *args) in tasks.items():
-            outcome = function(*args)
-            if name not in best or outcome[0] < best[name][0]:
-                best[name] = outcome
-    return best
+def warmed_rounds(runs: int, tasks: dict[str, tuple]) -> dict[str, list[tuple]]:
+    """Run every task (``(function, *args)`` returning ``(seconds, payload)``) once
+    untimed, then ``runs`` rounds in which every task runs once, the order rotating
+    from round to round; each task's outcomes in round order. The warm-up round pays
+    every one-off cost (calibration, first-call allocation, lazy initialisation) before
+    any timed run, and taking turns spreads a burst of foreign load on a shared machine
+    over all modes."""
+    names = list(tasks)
+    for name in names:
+        function, *args = tasks[name]
+        function(*args)
+    outcomes: dict[str, list[tuple]] = {name: [] for name in names}
+    for round_index in range(runs):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            function, *args = tasks[name]
+            outcomes[name].append(function(*args))
+    return outcomes
 
 
-def run_ours(engine: Engine, prompts, setting: Setting, new_tokens: int, mode: str) -> tuple[float, list]:
+def median_index(values: list[float]) -> int:
+    """The index of the median value (the lower middle one for an even count)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    return order[(len(values) - 1) // 2]
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(median, lowest, highest); the median of an even count is the mean of the middle two."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return median, ordered[0], ordered[-1]
+
+
+class DecodeSpan:
+    """The decode part of one ``Engine.generate`` call, from its step callbacks: from the
+    step in which the last of its rows committed its first token (every prompt
+    prefilled by then) to its last step, and the tokens committed after the first."""
+
+    def __init__(self, rows: int) -> None:
+        self._rows = rows
+        self._seen: set[int] = set()
+        self._start: float | None = None
+        self._end: float | None = None
+        self._tokens = 0
+
+    def __call__(self, updates: dict[int, list[int]]) -> None:
+        now = time.perf_counter()
+        if self._start is None:
+            self._seen.update(updates)
+            if len(self._seen) == self._rows:
+                self._start = now
+            return
+        self._tokens += sum(len(tokens) for tokens in updates.values())
+        self._end = now
+
+    @property
+    def tokens_per_s(self) -> float:
+        if self._start is None or self._end is None:
+            return math.nan
+        return self._tokens / (self._end - self._start)
+
+
+def run_ours(engine: Engine, prompts, setting: Setting, new_tokens: int, mode: str) -> tuple[float, tuple]:
     requests = [
         GenerationRequest(p, max_new_tokens=new_tokens, temperature=setting.temperature) for p in prompts
     ]
+    decode = DecodeSpan(len(requests))
     start = time.perf_counter()
-    results = engine.generate(requests, mode=mode)
-    return time.perf_counter() - start, (results, engine.snapshot().seconds_per_token)
+    results = engine.generate(requests, mode=mode, on_step=decode)
+    return time.perf_counter() - start, (results, decode.tokens_per_s)
 
 
 def _generation_config(model, new_tokens: int, temperature: float, pad_id: int):
@@ -186,13 +264,39 @@ def run_hf_assisted(pair: ModelPair, prompts, setting: Setting, new_tokens: int)
     return time.perf_counter() - start, produced
 
 
+def our_engine(pair: ModelPair, lookahead: int | str, batch: int) -> Engine:
+    """An engine for one row of the table: a pool for ``batch`` rows, prefix caching off
+    (every round computes its prompts whole, as Hugging Face does)."""
+    return Engine(pair, lookahead=lookahead, max_rows=batch, prefix_caching=False)
+
+
+def timed_row(base: dict, mode: str, tokens_per_run: list[float], seconds: list[float]) -> dict:
+    """The fields every row has: median tok/s over the rounds and its spread."""
+    rates = [tokens / s for tokens, s in zip(tokens_per_run, seconds, strict=True)]
+    median, low, high = spread(rates)
+    return {
+        **base,
+        "mode": mode,
+        "tokens_per_s": median,
+        "tokens_per_s_min": low,
+        "tokens_per_s_max": high,
+        "seconds": spread(seconds)[0],
+        "runs": len(rates),
+    }
+
+
+def with_speedup(row: dict, rates: list[float], plain_rates: list[float]) -> dict:
+    """Speedup over our target_only: the median of the per-round ratios and their spread."""
+    ratios = [r / p for r, p in zip(rates, plain_rates, strict=True)]
+    row["measured_speedup"], row["speedup_min"], row["speedup_max"] = spread(ratios)
+    return row
+
+
 def bench_pair(name: str, pair_dir: Path, args, record: dict) -> list[dict]:
     pair = load_model_pair(str(pair_dir / "target"), str(pair_dir / "draft"))
     pair.eos_token_ids.clear()  # every row runs its full budget
     prompts_all = bench_prompts(pair, max(args.batches))
     rows: list[dict] = []
-    warm = Engine(pair, lookahead=2)
-    warm.generate([GenerationRequest(prompts_all[0], max_new_tokens=4)])
     costs_by_batch = {batch: measure_costs(pair, batch, args.repeats) for batch in args.batches}
     for temperature in args.temperatures:
         calibrated = (
@@ -208,32 +312,47 @@ def bench_pair(name: str, pair_dir: Path, args, record: dict) -> list[dict]:
                 "%s batch=%d T=%.1f K=%d c=%.3f", name, batch, temperature, lookahead, costs["cost_ratio"]
             )
 
-            modes = [("speculative", Engine(pair, lookahead=lookahead))]
+            modes = [("speculative", our_engine(pair, lookahead, batch))]
             if args.adaptive:
-                modes.append(("speculative_adaptive", Engine(pair)))
+                modes.append(("speculative_adaptive", our_engine(pair, "goodput", batch)))
             tasks = {
-                "target_only": (run_ours, Engine(pair), prompts, setting, args.new_tokens, "target_only")
+                "target_only": (
+                    run_ours,
+                    our_engine(pair, "goodput", batch),
+                    prompts,
+                    setting,
+                    args.new_tokens,
+                    "target_only",
+                )
             }
             for mode, engine in modes:
                 tasks[mode] = (run_ours, engine, prompts, setting, args.new_tokens, "speculative")
             tasks["hf_generate"] = (run_hf_generate, pair, prompts, setting, args.new_tokens)
             if not args.skip_assisted:
                 tasks["hf_assisted"] = (run_hf_assisted, pair, prompts, setting, args.new_tokens)
-            outcomes = interleaved_best(args.runs, tasks)
+            outcomes = warmed_rounds(args.runs, tasks)
 
-            seconds, (plain, plain_step) = outcomes["target_only"]
-            plain_tps = sum(r.num_output_tokens for r in plain) / seconds
-            rows.append({**base, "mode": "target_only", "tokens_per_s": plain_tps, "seconds": seconds})
+            plain_runs = outcomes["target_only"]
+            plain_seconds = [seconds for seconds, _ in plain_runs]
+            plain_tokens = [sum(r.num_output_tokens for r in results) for _, (results, _) in plain_runs]
+            plain_rates = [t / s for t, s in zip(plain_tokens, plain_seconds, strict=True)]
+            plain = plain_runs[median_index(plain_rates)][1][0]
+            plain_decode = [decode for _, (_, decode) in plain_runs]
+            rows.append(timed_row(base, "target_only", plain_tokens, plain_seconds))
             for mode, _ in modes:
-                seconds, (spec, spec_step) = outcomes[mode]
+                runs = outcomes[mode]
+                seconds = [s for s, _ in runs]
+                produced_per_run = [sum(r.num_output_tokens for r in results) for _, (results, _) in runs]
+                rates = [t / s for t, s in zip(produced_per_run, seconds, strict=True)]
+                spec = runs[median_index(rates)][1][0]
+                decode = [d / p for (_, (_, d)), p in zip(runs, plain_decode, strict=True)]
                 drafted = sum(r.total_draft_tokens for r in spec)
                 accepted = sum(r.total_accepted_draft_tokens for r in spec)
                 produced = sum(r.num_output_tokens for r in spec)
-                row = {**base, "mode": mode, "tokens_per_s": produced / seconds, "seconds": seconds}
+                row = with_speedup(timed_row(base, mode, produced_per_run, seconds), rates, plain_rates)
                 row["acceptance_rate"] = acceptance_rate(drafted, accepted)
                 row["cost_ratio"] = costs["cost_ratio"]
-                row["measured_speedup"] = row["tokens_per_s"] / plain_tps
-                row["decode_speedup"] = plain_step / spec_step
+                row["decode_speedup"] = spread(decode)[0]
                 if mode == "speculative":
                     steps = drafted / lookahead / batch
                     row["lookahead"] = lookahead
@@ -253,19 +372,20 @@ def bench_pair(name: str, pair_dir: Path, args, record: dict) -> list[dict]:
                 rows.append(row)
             for mode in ("hf_generate", "hf_assisted"):
                 if mode in outcomes:
-                    seconds, produced = outcomes[mode]
-                    tokens_per_s = produced / seconds
+                    seconds = [s for s, _ in outcomes[mode]]
+                    produced_per_run = [p for _, p in outcomes[mode]]
+                    rates = [t / s for t, s in zip(produced_per_run, seconds, strict=True)]
                     rows.append(
-                        {
-                            **base,
-                            "mode": mode,
-                            "tokens_per_s": tokens_per_s,
-                            "seconds": seconds,
-                            "measured_speedup": tokens_per_s / plain_tps,
-                        }
+                        with_speedup(timed_row(base, mode, produced_per_run, seconds), rates, plain_rates)
                     )
             for row in rows[-len(tasks) :]:
-                logger.info("  %-22s %8.1f tok/s", row["mode"], row["tokens_per_s"])
+                logger.info(
+                    "  %-22s %8.1f tok/s (%.1f-%.1f)",
+                    row["mode"],
+                    row["tokens_per_s"],
+                    row["tokens_per_s_min"],
+                    row["tokens_per_s_max"],
+                )
     return rows
 
 
@@ -279,6 +399,12 @@ def _fmt(value, digits: int = 2) -> str:
     return str(value)
 
 
+def _range(row: dict, low: str, high: str, digits: int) -> str:
+    if row.get(low) is None or row.get("runs", 1) < 2:
+        return "–"
+    return f"{row[low]:.{digits}f}–{row[high]:.{digits}f}"
+
+
 def markdown_table(rows: list[dict]) -> str:
     columns = [
         ("pair", "pair"),
@@ -286,6 +412,7 @@ def markdown_table(rows: list[dict]) -> str:
         ("temperature", "T"),
         ("mode", "mode"),
         ("tokens_per_s", "tok/s"),
+        (lambda r: _range(r, "tokens_per_s_min", "tokens_per_s_max", 1), "tok/s range"),
         ("acceptance_rate", "accept"),
         ("alpha", "α"),
         ("lookahead", "K"),
@@ -295,12 +422,15 @@ def markdown_table(rows: list[dict]) -> str:
         ("analytical_speedup", "analytical"),
         ("analytical_with_verify_cost", "anal. w/ v(K)"),
         ("measured_speedup", "measured"),
+        (lambda r: _range(r, "speedup_min", "speedup_max", 2), "measured range"),
+        ("decode_speedup", "decode"),
         ("measured_over_analytical", "meas/anal"),
         ("exact", "exact"),
     ]
     lines = ["| " + " | ".join(title for _, title in columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        lines.append("| " + " | ".join(_fmt(row.get(key)) for key, _ in columns) + " |")
+        cells = [key(row) if callable(key) else _fmt(row.get(key)) for key, _ in columns]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -315,7 +445,10 @@ def comparisons(rows: list[dict]) -> list[str]:
         assisted = index.get((*key, "hf_assisted"))
         hf = index.get((*key, "hf_generate"))
         plain = index[(*key, "target_only")]
-        parts = [f"{pair} b={batch} T={temperature}: spec/target_only {row['measured_speedup']:.2f}x"]
+        measured = f"{row['measured_speedup']:.2f}x"
+        if row.get("runs", 1) > 1:
+            measured += f" ({row['speedup_min']:.2f}-{row['speedup_max']:.2f})"
+        parts = [f"{pair} b={batch} T={temperature}: spec/target_only {measured}"]
         parts.append(
             f"decode {row['decode_speedup']:.2f}x, decode/analytical {row['measured_over_analytical']:.2f}"
         )
@@ -338,14 +471,31 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax, temperature in zip(axes, sorted({r["temperature"] for r in spec}), strict=False):
         for batch in sorted({r["batch"] for r in spec}):
             points = sorted(
-                (r["alpha"], r["measured_speedup"], r["analytical_speedup"])
+                (
+                    r["alpha"],
+                    r["measured_speedup"],
+                    r["analytical_speedup"],
+                    r["speedup_min"],
+                    r["speedup_max"],
+                )
                 for r in spec
                 if r["batch"] == batch and r["temperature"] == temperature
             )
             if not points:
                 continue
-            xs, measured, analytical = zip(*points, strict=True)
-            line = ax.plot(xs, measured, "o-", label=f"batch {batch} measured")[0]
+            xs, measured, analytical, low, high = zip(*points, strict=True)
+            errors = [
+                [m - lo for m, lo in zip(measured, low, strict=True)],
+                [hi - m for m, hi in zip(measured, high, strict=True)],
+            ]
+            line = ax.errorbar(
+                xs,
+                measured,
+                yerr=errors,
+                fmt="o-",
+                capsize=3,
+                label=f"batch {batch} measured (median, range)",
+            )[0]
             ax.plot(
                 xs, analytical, "x--", color=line.get_color(), alpha=0.6, label=f"batch {batch} analytical"
             )
@@ -353,17 +503,29 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(f"temperature {temperature}")
         ax.set_xlabel("per-token acceptance α (from tokens per target pass)")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("speedup over our target_only")
+    axes[0].set_ylabel("speedup over our target_only (tok/s ratio)")
     axes[0].legend(fontsize=7)
     fig.suptitle("Speculative decoding on CPU: controlled pairs (target = draft + ε-scaled layers)")
     save_figure(fig, path, dpi=110)
+
+
+def _commit() -> str:
+    """The short commit hash of the checkout this runs from, ``-dirty`` if it has changes."""
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="fewer tokens and repeats (under 3 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer tokens, batches and rounds (about 3 minutes on 2 cores)"
+    )
     parser.add_argument("--models", type=Path, default=Path(".models/controlled"))
     parser.add_argument("--pairs", nargs="+", default=list(CONTROLLED_ALPHAS))
     parser.add_argument("--batches", nargs="+", type=int, help="default 1 4 8 (1 8 with --quick)")
@@ -371,6 +533,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=None, help="default 128 (32 with --quick)")
     parser.add_argument("--adaptive", action="store_true", help="also run speculative with adaptive K")
     parser.add_argument("--skip-assisted", action="store_true", help="skip HF assisted generation")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        help="timed rounds per row after the warm-up round, median reported (default 3; 1 with --quick)",
+    )
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/specdec_speedup.png"))
     args = parser.parse_args()
@@ -378,11 +545,15 @@ def main() -> None:
         args.new_tokens = 32 if args.quick else 128
     args.batches = args.batches or ([1, 8] if args.quick else [1, 4, 8])
     args.repeats = 2 if args.quick else 5  # timed passes per cost measurement (fastest kept)
-    args.runs = 1 if args.quick else 2  # timed generations per row (fastest kept)
+    if args.runs is None:
+        args.runs = 1 if args.quick else 3
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
     torch.manual_seed(0)
 
+    commit, date = _commit(), time.strftime("%Y-%m-%d", time.gmtime())
     built = build_benchmark_pairs(args.models)
     started = time.perf_counter()
     rows: list[dict] = []
@@ -392,10 +563,13 @@ def main() -> None:
         rows.extend(bench_pair(name, pair_dir, args, record))
 
     print(
-        f"\n## Speculative decoding benchmark ({'quick' if args.quick else 'full'}, "
-        f"{args.new_tokens} new tokens, {platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} threads, {time.perf_counter() - started:.0f} s)\n"
+        f"\n## Speculative decoding benchmark ({'quick' if args.quick else 'full'}, commit {commit}, "
+        f"{date}, {args.new_tokens} new tokens, "
+        f"1 warm-up + {args.runs} timed round(s), {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, {torch.get_num_threads()} threads, "
+        f"{time.perf_counter() - started:.0f} s)\n"
     )
+    print("`python " + " ".join(sys.argv) + "`\n")
     print(markdown_table(rows))
     print("\n" + "\n".join(f"- {line}" for line in comparisons(rows)))
     if args.out:
