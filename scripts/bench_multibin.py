@@ -236,7 +236,15 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
     figure, axis = plt.subplots(figsize=(6, 4))
     bins = [row["bins"] for row in rows]
-    axis.plot(bins, [row["live_gain"] for row in rows], "o-", label="live tritonserver")
+    base = rows[0]["live_rps"]
+    gains = [row["live_gain"] for row in rows]
+    spread = [
+        [gain - row["live_rps_min"] / base for gain, row in zip(gains, rows, strict=True)],
+        [row["live_rps_max"] / base - gain for gain, row in zip(gains, rows, strict=True)],
+    ]
+    axis.errorbar(
+        bins, gains, yerr=spread, fmt="o-", capsize=4, label="live tritonserver (median, range of bursts)"
+    )
     axis.plot(bins, [row["predicted_gain"] for row in rows], "s--", label="step simulator, fitted at k = 1")
     axis.set_xlabel("length bins k")
     axis.set_ylabel("throughput / throughput at k = 1")
@@ -280,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         args.bins, args.requests, args.warmup, args.rounds = [1, 4], 64, 64, 1
     if args.bins[0] != 1:
         raise SystemExit("--bins must start at 1: the step costs are fitted there and gains are over it")
+    started_at = commit()  # the code that runs, whatever lands while it does
     bursts = build_bursts(args)
     live: dict[int, list[list[dict]]] = {}
     for bins in args.bins:
@@ -317,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
-        "commit": commit(),
+        "commit": started_at,
         "date": time.strftime("%Y-%m-%d"),
         "pair": args.pair,
         "batch": args.batch,
@@ -328,7 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     records = {str(bins): bursts_records for bins, bursts_records in live.items()}
     args.out.write_text(json.dumps({"meta": meta, "rows": rows, "records": records}, indent=1))
-    plot(rows, args.figure, f"multibin live vs simulated (B = {args.batch}, U({args.lo}, {args.hi}))")
+    plot(
+        rows,
+        args.figure,
+        f"multibin live vs simulated (B = {args.batch}, U({args.lo}, {args.hi})), {args.pair}",
+    )
     return 0
 
 
