@@ -617,7 +617,7 @@ def targets(results: list[dict]) -> list[dict]:
             out.append(
                 {
                     "workload": name,
-                    "target": f"(a) at {PROMPT_HEAVY_LOAD:g}x its capacity: admitted e2e p99 / SLA",
+                    "target": f"(a) at {PROMPT_HEAVY_LOAD:g}× its capacity: admitted e2e p99 / SLA",
                     "load": None,
                     "value": o["e2e_over_sla_p99"],
                     "need": 2.0,
@@ -725,7 +725,7 @@ def targets_table(rows: list[dict]) -> str:
         elif t.get("at_most"):
             verdict = f"**no** ({t['value'] / t['need']:.2f}× the bound)"
         else:
-            verdict = f"**no** (short by {1 - t['value'] / t['need']:.0%})"
+            verdict = f"**no** (short by {1 - t['value'] / t['need']:.1%})"
         lines.append(
             f"| {t['workload']} | {t['target']} | {load} | {number(t['value'])} | {need} | {verdict} |"
         )
