@@ -72,8 +72,8 @@ bench: setup
 	$(BIN)/python scripts/bench_gpu.py --device cpu --quick --out results/bench_gpu.json
 	$(BIN)/python scripts/bench_routing.py --out results/bench_routing.json
 	$(BIN)/python -m specbatch.scheduling.simulate all --out results/scheduling
-	$(BIN)/python scripts/bench_multibin.py --quick --out results/bench_multibin.json
-	$(BIN)/python scripts/bench_policies.py --out results/bench_policies.json
+	$(BIN)/python scripts/bench_multibin.py --quick --out results/bench_multibin.json --figure results/multibin_live.png
+	$(BIN)/python scripts/bench_policies.py --quick --out results/bench_policies.json --plot-dir results
 
 bench-production-shapes: production-shapes
 	$(BIN)/python scripts/bench_production_shapes.py --out results/bench_production_shapes.json

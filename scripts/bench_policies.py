@@ -1,26 +1,39 @@
-"""Admission policies against Triton's own batcher, on a real tritonserver, same arrivals.
+"""Admission policies against the peers a user would pick, tuned, on a real tritonserver.
 
-Three set-ups serve the same open-loop Poisson streams of mixed-length infobench
-prompts (same prompts, same max_tokens, same arrival times):
+Every set-up serves the same open-loop Poisson arrivals (same prompts, same max_tokens,
+same arrival times) over one gRPC stream:
 
-  (a) least_slack      the specbatch ensemble: its scheduler admits per instance
-                       (bins, least slack first, min(b_mem, b_SLA), bounded queue)
-                       over continuous-batching instances
-  (b) fcfs             the same instances, admission first-come first-served with no
-                       bins, no SLA cap and no queue bound (what vLLM does)
+  (a) least_slack      the specbatch ensemble: its scheduler admits per instance (least
+                       slack first, min(b_mem, b_SLA) rows, capacity-sized queue, deadline
+                       shedding) over continuous-batching instances
+  (b) fcfs             the same instances, first-come first-served, no bins, no SLA cap,
+                       no queue bound (vLLM's policy)
+  (d) shortest_first   the same instances, shortest predicted output first, blind to SLAs
   (c) triton_batching  qwen3_specdec called directly, static batches formed by Triton's
-                       dynamic_batching (configs/cpu_triton_batching.pbtxt)
+                       dynamic_batching, each request answered as soon as its rows end; at
+                       the best setting of a sweep of max batch size {4, 8, 16, 32} x queue
+                       delay {5, 20, 50 ms}, run at the capacity of the shipped setting
+  ablations of (a)     without b_SLA, without b_mem, without deadline shedding, one bin
 
-The capacity of (c) is measured first (its throughput under sustained overload); every
-set-up then runs at 0.8x, 1.0x and 1.2x of it. A request meets its SLA when its first token comes within
---sla-ttft-s and it ends within --sla-base-s + --sla-per-token-s x max_tokens; (a) and
-(b) stream (first token = first delta), (c) cannot (first token = its answer). (a) is
-configured with that first-token SLA (sla_ttft_ms) and keeps its per-token target
-(sla_tpot_ms of the cpu config: the per-token budget here is an end-to-end one). Also
-reported: CPU seconds per request spent in the router and scheduler processes.
-Prints a table, writes JSON and a PNG.
+Workloads: `infobench` (infobench prompts, 60 % asking 8-32 tokens, the rest 96-192),
+`mixed` (the router's default graph/mmlu/infobench mix, sent through the ensemble as
+users send it, no task_override; (c) has no router: each prompt is a generation of
+max_tokens, as a Triton user without the router would send it), `heavy` (infobench with
+10 % of prompts asking 512 tokens) and `memory` (a KV budget small enough that first-come
+batching preempts, long outputs; (a) and (b) only, preemptions from the scheduler's
+`specbatch_preemptions` gauges). Ablations run on `infobench` only.
 
-    .venv/bin/python scripts/bench_policies.py --duration 40 --out results/bench_policies.json
+The capacity of a set-up is the rate at which it completes requests under sustained
+overload; loads are multiples of (c)'s capacity (in `memory`: 1.0, 1.5 and 2.0x (b)'s), measured in the
+same run, and `mixed` also runs (a) at 2x its own capacity (prompt-heavy overload). One
+tritonserver per set-up and workload serves, in this order, a warm-up, its capacity
+probe and the loads in ascending order. A request meets its SLA when its first token
+comes within --sla-ttft-s and it ends within --sla-base-s + --sla-per-token-s x
+max_tokens; goodput is requests meeting it per second. Writes JSON, a PNG per workload
+and markdown tables (stdout and --markdown).
+
+    .venv/bin/python scripts/bench_policies.py --quick   # CI size, about 30 minutes on 2 cores
+    .venv/bin/python scripts/bench_policies.py           # full size, about an hour
 """
 
 from __future__ import annotations
@@ -31,11 +44,15 @@ import logging
 import os
 import queue
 import random
+import re
+import shutil
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +74,7 @@ class TimedRequest:
     at_s: float
     prompt: str
     max_tokens: int
+    task_override: str | None = "infobench"  # None: the router decides, as for a user
 
 
 @dataclass(frozen=True)
@@ -66,24 +84,50 @@ class Setup:
     options: dict
 
 
-SETUPS = (
-    Setup("least_slack", "(a) specbatch admission", {}),
-    Setup(
-        "fcfs",
-        "(b) first-come first-served",
-        {"env": {"SPECBATCH_ADMISSION": "fcfs", "SPECBATCH_QUEUE_LIMIT": "1000000"}},
-    ),
-    Setup(
-        "triton_batching",
-        "(c) Triton dynamic_batching",
-        {"only_model": "qwen3_specdec", "config_name": "cpu_triton_batching"},
-    ),
+UNBOUNDED = {"SPECBATCH_QUEUE_LIMIT": "1000000"}
+TRITON_BATCHING = Setup(
+    "triton_batching",
+    "(c) Triton dynamic_batching",
+    {"only_model": "qwen3_specdec", "config_name": "cpu_triton_batching"},
 )
+PEERS = (
+    Setup("least_slack", "(a) specbatch (least slack)", {}),
+    Setup("fcfs", "(b) first-come continuous", {"env": {"SPECBATCH_ADMISSION": "fcfs", **UNBOUNDED}}),
+    Setup(
+        "shortest_first",
+        "(d) shortest predicted first",
+        {"env": {"SPECBATCH_ADMISSION": "shortest_first", **UNBOUNDED}},
+    ),
+    TRITON_BATCHING,
+)
+ABLATIONS = (
+    Setup("no_b_sla", "(a) without b_SLA", {"env": {"SPECBATCH_B_SLA": "off"}}),
+    Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
+    Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),
+    Setup("one_bin", "(a) without bins (num_bins 1)", {"env": {"SPECBATCH_NUM_BINS": "1"}}),
+)
+SETUPS = PEERS + ABLATIONS
 LOADS = (0.8, 1.0, 1.2)
+SWEEP_BATCH = (4, 8, 16, 32)
+SWEEP_DELAY_MS = (5, 20, 50)
+SHIPPED = (8, 20)  # configs/cpu_triton_batching.pbtxt
+PROMPT_HEAVY_LOAD = 2.0  # the prompt-heavy overload: mixed profile at this multiple of (a)'s capacity
+REFUSED_AT_ONCE_S = 0.5  # a refusal later than this is not "at once"
+QUICK = {"duration": 12.0, "sweep_duration": 8.0, "capacity_probe_s": 10.0, "drain": 90.0}
+FULL = {"duration": 25.0, "sweep_duration": 15.0, "capacity_probe_s": 15.0, "drain": 150.0}
 
 
-def build_workload(rate: float, duration_s: float, seed: int, short_share: float) -> list[TimedRequest]:
-    """Poisson arrivals; max_tokens bimodal (many short answers, some long ones)."""
+def build_workload(
+    rate: float,
+    duration_s: float,
+    seed: int,
+    short_share: float,
+    long_share: float = 0.0,
+    long_tokens: int = 512,
+    medium: tuple[int, int] = (96, 192),
+) -> list[TimedRequest]:
+    """Poisson arrivals of infobench prompts; max_tokens bimodal (many short answers, some
+    long ones), with ``long_share`` of them asking ``long_tokens`` (the heavy tail)."""
     rng = random.Random(seed)
     times, now = [], 0.0
     while True:
@@ -92,13 +136,89 @@ def build_workload(rate: float, duration_s: float, seed: int, short_share: float
             break
         times.append(now)
     prompts = [p.text for p in generate_workload(len(times), seed, mix={"infobench": 1.0})]
+    requests = []
+    for t, p in zip(times, prompts, strict=True):
+        draw = rng.random()
+        if draw < long_share:
+            tokens = long_tokens
+        elif draw < long_share + (1 - long_share) * short_share:
+            tokens = rng.randint(8, 32)
+        else:
+            tokens = rng.randint(*medium)
+        requests.append(TimedRequest(t, build_infobench_prompt(p), tokens))
+    return requests
+
+
+def build_mixed_workload(rate: float, duration_s: float, seed: int, short_share: float) -> list[TimedRequest]:
+    """Poisson arrivals of the router's default graph/mmlu/infobench mix, as users send
+    them (no task override); max_tokens drawn as in build_workload."""
+    rng = random.Random(seed)
+    times, now = [], 0.0
+    while True:
+        now += rng.expovariate(rate)
+        if now >= duration_s:
+            break
+        times.append(now)
+    prompts = generate_workload(len(times), seed)
     return [
         TimedRequest(
             t,
-            build_infobench_prompt(p),
+            p.text,
             rng.randint(8, 32) if rng.random() < short_share else rng.randint(96, 192),
+            task_override=None,
         )
         for t, p in zip(times, prompts, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class ServedWorkload:
+    name: str
+    title: str
+    build: Callable[[float, float, int], list[TimedRequest]]
+    setups: tuple[Setup, ...]
+    reference: str  # the set-up whose capacity the loads are multiples of
+    env: dict = field(default_factory=dict)
+    overload: bool = False
+    loads: tuple[float, ...] | None = None  # else --loads
+
+
+def workloads(args: argparse.Namespace) -> list[ServedWorkload]:
+    short = args.short_share
+    ensemble = tuple(s for s in PEERS if s.name != "triton_batching")
+    return [
+        ServedWorkload(
+            "infobench",
+            "infobench prompts, 60 % asking 8-32 tokens, 40 % 96-192",
+            lambda rate, d, seed: build_workload(rate, d, seed, short),
+            (TRITON_BATCHING, *ensemble, *ABLATIONS),
+            "triton_batching",
+        ),
+        ServedWorkload(
+            "mixed",
+            "graph/mmlu/infobench mix through the router, max_tokens as infobench",
+            lambda rate, d, seed: build_mixed_workload(rate, d, seed, short),
+            (TRITON_BATCHING, *ensemble),
+            "triton_batching",
+            overload=True,
+        ),
+        ServedWorkload(
+            "heavy",
+            "infobench, heavy tail: 10 % of prompts asking 512 tokens",
+            lambda rate, d, seed: build_workload(rate, d, seed, short, long_share=0.1),
+            (TRITON_BATCHING, *ensemble),
+            "triton_batching",
+        ),
+        ServedWorkload(
+            "memory",
+            f"memory-bound: KV budget {args.memory_budget_gb:g} GB per instance, "
+            "half the prompts asking 384 tokens, the rest 96-192",
+            lambda rate, d, seed: build_workload(rate, d, seed, 0.0, long_share=0.5, long_tokens=384),
+            (ensemble[1], ensemble[0]),
+            "fcfs",
+            env={"SPECBATCH_KV_MEMORY_BUDGET_GB": f"{args.memory_budget_gb:g}"},
+            loads=tuple(args.memory_loads),
+        ),
     ]
 
 
@@ -114,17 +234,21 @@ def request_inputs(grpcclient, setup: Setup, arrival: TimedRequest) -> tuple[str
             tensor("prompt", np.array([[arrival.prompt.encode()]], dtype=np.object_), "BYTES"),
             tensor("max_tokens", np.array([[arrival.max_tokens]], dtype=np.int32), "INT32"),
         ]
-    return "specbatch", [
+    inputs = [
         tensor("text_input", np.array([[arrival.prompt.encode()]], dtype=np.object_), "BYTES"),
         tensor("max_tokens", np.array([[arrival.max_tokens]], dtype=np.int32), "INT32"),
-        tensor("task_override", np.array([[b"infobench"]], dtype=np.object_), "BYTES"),
         tensor("stream", np.array([[True]]), "BOOL"),
     ]
+    if arrival.task_override is not None:
+        override = np.array([[arrival.task_override.encode()]], dtype=np.object_)
+        inputs.append(tensor("task_override", override, "BYTES"))
+    return "specbatch", inputs
 
 
 def drive(url: str, setup: Setup, arrivals: list[TimedRequest], timeout_s: float) -> list[dict]:
     """Send every arrival on time over one gRPC stream; one record per request, from its
-    first response (first token) and its final one."""
+    first response (first token) and its final one. An error reply is a record with id
+    None and the second it came (`error_s`)."""
     import tritonclient.grpc as grpcclient
 
     replies: queue.Queue = queue.Queue()
@@ -153,7 +277,7 @@ def drive(url: str, setup: Setup, arrivals: list[TimedRequest], timeout_s: float
         except queue.Empty:
             continue
         if error is not None:
-            records.append({"id": None, "error": str(error)})
+            records.append({"id": None, "error": str(error), "error_s": at - start})
             continue
         response = result.get_response()
         final = "triton_final_response" not in response.parameters or (
@@ -186,6 +310,20 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
+def e2e_sla_s(arrival: TimedRequest, args: argparse.Namespace) -> float:
+    return args.sla_base_s + args.sla_per_token_s * arrival.max_tokens
+
+
+def refusal_delays(arrivals: list[TimedRequest], records: list[dict]) -> list[float]:
+    """Seconds from sending a refused request to its error. The error reply carries no
+    request id here, so the k-th error is matched to the k-th request (in arrival order)
+    that got no answer: refusals are decided at submission, in arrival order."""
+    answered = {r["id"] for r in records if r["id"] is not None}
+    unanswered = [i for i in range(len(arrivals)) if i not in answered]
+    errors = sorted(r["error_s"] for r in records if r["id"] is None)
+    return [at - arrivals[i].at_s for i, at in zip(unanswered, errors, strict=False)]
+
+
 def summarise(
     setup: Setup, rate: float, arrivals: list[TimedRequest], records: list[dict], args: argparse.Namespace
 ) -> dict:
@@ -194,9 +332,9 @@ def summarise(
     met = [
         r
         for r in served
-        if r["ttft_s"] <= args.sla_ttft_s
-        and r["e2e_s"] <= args.sla_base_s + args.sla_per_token_s * arrivals[r["id"]].max_tokens
+        if r["ttft_s"] <= args.sla_ttft_s and r["e2e_s"] <= e2e_sla_s(arrivals[r["id"]], args)
     ]
+    refusals = refusal_delays(arrivals, records)
     return {
         "setup": setup.name,
         "label": setup.label,
@@ -205,11 +343,16 @@ def summarise(
         "completed": len(served),
         "errors": len(records) - len(served),
         "lost": len(arrivals) - len(records),
+        "span_s": span,
         "throughput_rps": len(served) / span,
         "goodput_rps": len(met) / span,
         "sla_met": len(met) / len(arrivals),
         "ttft_p95_s": percentile([r["ttft_s"] for r in served], 95),
         "e2e_p99_s": percentile([r["e2e_s"] for r in served], 99),
+        "e2e_over_sla_p99": percentile([r["e2e_s"] / e2e_sla_s(arrivals[r["id"]], args) for r in served], 99),
+        "refusal_p99_s": percentile(refusals, 99),
+        "input_tokens": sum(r["input_tokens"] for r in served),
+        "first_error": next((r["error"] for r in records if r["id"] is None), ""),
     }
 
 
@@ -224,9 +367,28 @@ def cpu_seconds(process: TritonProcess, prefixes: tuple[str, ...] = ("router_", 
     return total
 
 
+ENGINE_METRICS = (
+    "specbatch_preemptions",
+    "specbatch_prefix_hit_tokens_total",
+    "specbatch_prefix_miss_tokens_total",
+)
+
+
+def engine_metrics(url: str) -> dict[str, float]:
+    """The scheduler's per-instance engine figures, summed over instances."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    totals = dict.fromkeys(ENGINE_METRICS, 0.0)
+    for line in text.splitlines():
+        name = re.split(r"[{ ]", line, maxsplit=1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
 def start_server(setup: Setup, name: str) -> TritonProcess:
     options = ServerOptions(
-        root=ROOT,
+        root=setup.options.get("root", ROOT),
         host="127.0.0.1",
         ports=Ports.free(),
         exit_timeout_s=5,
@@ -240,136 +402,477 @@ def start_server(setup: Setup, name: str) -> TritonProcess:
     return process
 
 
-def run_setup(setup: Setup, rate: float, arrivals: list[TimedRequest], args: argparse.Namespace) -> dict:
-    if setup.name == "least_slack":  # the scheduler is told the first-token SLA it is held to
-        sla = {"SPECBATCH_SLA_TTFT_MS": f"{args.sla_ttft_s * 1000:g}"}
-        setup = Setup(
-            setup.name, setup.label, {**setup.options, "env": {**setup.options.get("env", {}), **sla}}
+def triton_variant(max_batch_size: int, delay_ms: int, into: Path) -> Setup:
+    """(c) at one dynamic_batching setting: a model repository of its own under ``into``
+    holding qwen3_specdec with that setting in configs/cpu_triton_batching.pbtxt (Triton
+    reads both only from the config file). Models resolve from that root, so it links
+    .models; the Python package comes from the environment as for any start."""
+    root = into / f"c-{max_batch_size}-{delay_ms}ms"
+    model = root / "model_repository" / "qwen3_specdec"
+    source = ROOT / "model_repository" / "qwen3_specdec"
+    if not root.exists():
+        (model / "configs").mkdir(parents=True)
+        shutil.copytree(source / "1", model / "1")
+        shutil.copy(source / "config.pbtxt", model / "config.pbtxt")
+        text = (source / "configs" / "cpu_triton_batching.pbtxt").read_text()
+        text = re.sub(r"max_batch_size: \d+", f"max_batch_size: {max_batch_size}", text)
+        text = re.sub(
+            r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {delay_ms * 1000}", text
         )
-    process = start_server(setup, f"{setup.name}-{rate:.1f}")
-    try:
-        drive(process.grpc_url, setup, arrivals[: min(4, len(arrivals))], timeout_s=120)
+        (model / "configs" / "cpu_triton_batching.pbtxt").write_text(text)
+        (root / ".models").symlink_to(ROOT / ".models")
+    label = f"(c) Triton dynamic_batching (max batch {max_batch_size}, delay {delay_ms} ms)"
+    return Setup(TRITON_BATCHING.name, label, {**TRITON_BATCHING.options, "root": root})
+
+
+class Session:
+    """One tritonserver for one set-up: warmed, then runs phases one after another."""
+
+    def __init__(self, setup: Setup, name: str, env: dict, args: argparse.Namespace) -> None:
+        if setup.name != TRITON_BATCHING.name:  # the scheduler is told the first-token SLA
+            env = {**env, "SPECBATCH_SLA_TTFT_MS": f"{args.sla_ttft_s * 1000:g}"}
+        self.setup = Setup(
+            setup.name, setup.label, {**setup.options, "env": {**setup.options.get("env", {}), **env}}
+        )
+        self.args = args
+        self.ensemble = setup.name != TRITON_BATCHING.name
+        self.process = start_server(self.setup, name)
+        warm = build_workload(4.0, 2.0, 12345, 1.0)[:4] or [TimedRequest(0.0, "Warm up.", 8)]
+        drive(self.process.grpc_url, self.setup, warm, timeout_s=120)
+
+    def run(self, phase: str, rate: float, arrivals: list[TimedRequest], load: float | None = None) -> dict:
+        args = self.args
+        before = engine_metrics(self.process.metrics_url) if self.ensemble else None
+        cpu_before = cpu_seconds(self.process)
+        started = time.monotonic()
+        records = drive(self.process.grpc_url, self.setup, arrivals, timeout_s=args.drain)
+        cpu = cpu_seconds(self.process) - cpu_before
+        row = summarise(self.setup, rate, arrivals, records, args)
+        row |= {"phase": phase, "load": load, "wall_s": time.monotonic() - started}
+        row["router_scheduler_cpu_s_per_request"] = cpu / len(arrivals) if self.ensemble else None
+        if before is not None:
+            time.sleep(1.5)  # the gauges are published at most every half second
+            after = engine_metrics(self.process.metrics_url)
+            delta = {k: after[k] - before[k] for k in ENGINE_METRICS}
+            row["preemptions"] = int(delta["specbatch_preemptions"])
+            prefilled = (
+                delta["specbatch_prefix_hit_tokens_total"] + delta["specbatch_prefix_miss_tokens_total"]
+            )
+            row["prefilled_tokens"] = int(prefilled)
+            row["reprefilled_tokens"] = max(0, int(prefilled) - row["input_tokens"])
+        else:
+            row["preemptions"] = row["reprefilled_tokens"] = None
         logger.info(
-            "%s at %.1f/s: warm; %d requests over %.0f s", setup.name, rate, len(arrivals), args.duration
+            "  %s %s at %.2f/s: %d/%d done, %d errors, %d lost, goodput %.2f/s, throughput %.2f/s%s%s",
+            self.setup.name,
+            phase,
+            rate,
+            row["completed"],
+            row["offered"],
+            row["errors"],
+            row["lost"],
+            row["goodput_rps"],
+            row["throughput_rps"],
+            f", {row['preemptions']} preemptions, {row['prefilled_tokens']} prefilled tokens"
+            if row["preemptions"] is not None
+            else "",
+            f", first error: {row['first_error'][:120]}" if row["errors"] else "",
         )
-        cpu_before = cpu_seconds(process)
-        records = drive(process.grpc_url, setup, arrivals, timeout_s=args.drain)
-        cpu = cpu_seconds(process) - cpu_before
-    finally:
-        process.stop()
-    row = summarise(setup, rate, arrivals, records, args)
-    row["router_scheduler_cpu_s_per_request"] = (
-        cpu / len(arrivals) if setup.name != "triton_batching" else None
-    )
-    return row
+        return row
+
+    def capacity(self, workload: ServedWorkload, rate: float) -> dict:
+        """Completed requests per second under sustained overload: a probe at ``rate``,
+        doubled while the set-up keeps up (refuses nothing and drains its backlog within
+        half the probe, or within the longest SLA), at most --probe-doublings times; the
+        best probe's throughput."""
+        args, best = self.args, None
+        for _ in range(args.probe_doublings + 1):
+            arrivals = workload.build(rate, args.capacity_probe_s, args.seed + 1)
+            row = self.run("capacity", rate, arrivals)
+            backlog_s = row["span_s"] - arrivals[-1].at_s
+            keeps_up = max(0.5 * args.capacity_probe_s, max(e2e_sla_s(a, args) for a in arrivals))
+            row["saturated"] = row["errors"] > 0 or backlog_s > keeps_up
+            if best is None or row["throughput_rps"] > best["throughput_rps"]:
+                best = row
+            if row["saturated"]:
+                break
+            rate *= 2
+        return best | {"saturated": row["saturated"]}
+
+    def close(self) -> None:
+        self.process.stop()
 
 
-def measure_capacity(args: argparse.Namespace) -> float:
-    """Requests per second (c) completes under sustained overload (Poisson arrivals at
-    --capacity-probe-rate): the most its static batches serve."""
-    setup = next(s for s in SETUPS if s.name == "triton_batching")
-    arrivals = build_workload(
-        args.capacity_probe_rate, args.capacity_probe_s, args.seed + 1, args.short_share
-    )
-    process = start_server(setup, "capacity")
-    try:
-        drive(process.grpc_url, setup, arrivals[:4], timeout_s=120)
-        records = drive(process.grpc_url, setup, arrivals, timeout_s=args.drain)
-    finally:
-        process.stop()
-    served = [r for r in records if r["id"] is not None]
-    return len(served) / max(r["done_s"] for r in served)
+def sweep_triton(workload: ServedWorkload, args: argparse.Namespace, into: Path) -> tuple[list[dict], dict]:
+    """Capacity of the shipped setting, then every setting of the grid at that rate; the
+    best goodput wins (then throughput)."""
+    grid = [SHIPPED] + [(b, d) for b in args.sweep_batch for d in args.sweep_delay_ms if (b, d) != SHIPPED]
+    rows, probe = [], None
+    for number, (batch, delay) in enumerate(grid, 1):
+        setup = triton_variant(batch, delay, into)
+        logger.info("%s sweep [%d/%d]: %s", workload.name, number, len(grid), setup.label)
+        session = Session(setup, f"{workload.name}-sweep-{batch}-{delay}", workload.env, args)
+        try:
+            if probe is None:
+                probe = session.capacity(workload, args.capacity_probe_rate)
+            rate = probe["throughput_rps"]
+            arrivals = workload.build(rate, args.sweep_duration, args.seed + 2)
+            row = session.run("sweep", rate, arrivals, load=1.0)
+        finally:
+            session.close()
+        rows.append(row | {"max_batch_size": batch, "delay_ms": delay})
+    best = max(rows, key=lambda r: (r["goodput_rps"], r["throughput_rps"]))
+    return rows, {"probe": probe, "max_batch_size": best["max_batch_size"], "delay_ms": best["delay_ms"]}
 
 
-def table(rows: list[dict]) -> str:
+def run_workload(
+    workload: ServedWorkload, args: argparse.Namespace, into: Path, best_c: dict | None
+) -> tuple[dict, dict | None]:
+    """Capacities, then every set-up at every load; (c) at its best setting."""
+    result: dict = {"name": workload.name, "title": workload.title, "capacities": {}, "rows": []}
+    keep = {workload.reference, TRITON_BATCHING.name, *(args.only or [s.name for s in SETUPS])}
+    setups = [s for s in workload.setups if s.name in keep]
+    if any(s.name == TRITON_BATCHING.name for s in setups):
+        if best_c is None or args.sweep_all:
+            result["sweep"], best_c = sweep_triton(workload, args, into)
+        else:
+            result["sweep_from"] = best_c.get("workload")
+        best_c = {**best_c, "workload": best_c.get("workload", workload.name)}
+        result["best_c"] = best_c
+        tuned = triton_variant(best_c["max_batch_size"], best_c["delay_ms"], into)
+        setups = [tuned if s.name == TRITON_BATCHING.name else s for s in setups]
+    reference = None
+    ablations = {s.name for s in ABLATIONS}
+    for setup in setups:
+        logger.info("%s: %s", workload.name, setup.label)
+        session = Session(setup, f"{workload.name}-{setup.name}", workload.env, args)
+        try:
+            if setup.name not in ablations:
+                rate = args.capacity_probe_rate if reference is None else args.probe_factor * reference
+                probe = session.capacity(workload, max(rate, args.capacity_probe_rate))
+                result["capacities"][setup.name] = probe
+                if setup.name == workload.reference:
+                    reference = probe["throughput_rps"]
+            for load in workload.loads or args.loads:
+                arrivals = workload.build(load * reference, args.duration, args.seed)
+                result["rows"].append(session.run("load", load * reference, arrivals, load))
+            if workload.overload and setup.name == "least_slack":
+                rate = PROMPT_HEAVY_LOAD * result["capacities"][setup.name]["throughput_rps"]
+                arrivals = workload.build(rate, args.duration, args.seed + 3)
+                result["overload"] = session.run("overload", rate, arrivals, PROMPT_HEAVY_LOAD)
+        finally:
+            session.close()
+    result["reference_capacity_rps"] = reference
+    return result, best_c
+
+
+def cell(rows: list[dict], setup: str, load: float) -> dict | None:
+    return next((r for r in rows if r["setup"] == setup and r["load"] == load), None)
+
+
+def ratio(mine: dict | None, theirs: dict | None) -> float:
+    if mine is None or theirs is None:
+        return float("nan")
+    if theirs["goodput_rps"] == 0:
+        return float("inf") if mine["goodput_rps"] > 0 else float("nan")
+    return mine["goodput_rps"] / theirs["goodput_rps"]
+
+
+def targets(results: list[dict]) -> list[dict]:
+    """Every target of the issue as a measured ratio against what it requires."""
+    out = []
+
+    def goodput(workload: str, what: str, mine: str, theirs: str, load: float, need: float) -> None:
+        rows = next(w for w in results if w["name"] == workload)["rows"]
+        value = ratio(cell(rows, mine, load), cell(rows, theirs, load))
+        if value == value:  # measured
+            out.append({"workload": workload, "target": what, "load": load, "value": value, "need": need})
+
+    for w in results:
+        name = w["name"]
+        if name == "memory":
+            for load in sorted({r["load"] for r in w["rows"]}):
+                goodput(name, "(a) goodput / (b)", "least_slack", "fcfs", load, 1.2)
+                a, b = cell(w["rows"], "least_slack", load), cell(w["rows"], "fcfs", load)
+                if a and b:
+                    preempt = a["preemptions"] / b["preemptions"] if b["preemptions"] else float("nan")
+                    out.append(
+                        {
+                            "workload": name,
+                            "target": "(a) preemptions / (b)",
+                            "load": load,
+                            "value": preempt,
+                            "need": 0.2,
+                            "at_most": True,
+                        }
+                    )
+            continue
+        goodput(name, "(a) goodput / best (c)", "least_slack", "triton_batching", 1.0, 1.3)
+        goodput(name, "(a) goodput / best (c)", "least_slack", "triton_batching", 1.2, 1.5)
+        for load in sorted({r["load"] for r in w["rows"]}):
+            goodput(name, "(a) goodput / (b)", "least_slack", "fcfs", load, 1.2 if load == 1.2 else 1.0)
+            goodput(name, "(a) goodput / (d)", "least_slack", "shortest_first", load, 1.0)
+        if "overload" in w:
+            o = w["overload"]
+            out.append(
+                {
+                    "workload": name,
+                    "target": f"(a) at {PROMPT_HEAVY_LOAD:g}× its capacity: admitted e2e p99 / SLA",
+                    "load": None,
+                    "value": o["e2e_over_sla_p99"],
+                    "need": 2.0,
+                    "at_most": True,
+                }
+            )
+            out.append(
+                {
+                    "workload": name,
+                    "target": "(a) refused at once: refusal p99 s",
+                    "load": None,
+                    "value": o["refusal_p99_s"],
+                    "need": REFUSED_AT_ONCE_S,
+                    "at_most": True,
+                }
+            )
+    for t in out:
+        at_most = t.get("at_most", False)
+        t["met"] = t["value"] == t["value"] and (
+            t["value"] <= t["need"] if at_most else t["value"] >= t["need"]
+        )
+    return out
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    if value is None or value != value:
+        return "—"
+    return f"{value:.{digits}f}"
+
+
+def sweep_table(rows: list[dict]) -> str:
+    best = max(rows, key=lambda r: (r["goodput_rps"], r["throughput_rps"]))
     lines = [
-        "| load | set-up | completed | throughput req/s | goodput req/s | goodput vs (c) | SLA met "
-        "| TTFT p95 s | e2e p99 s | router+scheduler CPU ms/req |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| max batch | queue delay | goodput req/s | throughput req/s | SLA met | TTFT p95 s | e2e p99 s |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        reference = next(x for x in rows if x["rate"] == r["rate"] and x["setup"] == "triton_batching")
-        ratio = r["goodput_rps"] / reference["goodput_rps"] if reference["goodput_rps"] else float("inf")
-        cpu = r["router_scheduler_cpu_s_per_request"]
-        cpu_ms = "—" if cpu is None else f"{cpu * 1000:.1f}"
+    for r in sorted(rows, key=lambda r: (r["max_batch_size"], r["delay_ms"])):
+        mark = " **best**" if r is best else ""
         lines.append(
-            f"| {r['load']:.1f}× ({r['rate']:.1f}/s) | {r['label']} | {r['completed']}/{r['offered']} "
-            f"| {r['throughput_rps']:.2f} | {r['goodput_rps']:.2f} | ×{ratio:.2f} | {r['sla_met']:.0%} "
-            f"| {r['ttft_p95_s']:.2f} | {r['e2e_p99_s']:.2f} | {cpu_ms} |"
+            f"| {r['max_batch_size']} | {r['delay_ms']} ms{mark} | {r['goodput_rps']:.2f} "
+            f"| {r['throughput_rps']:.2f} | {r['sla_met']:.0%} | {number(r['ttft_p95_s'])} "
+            f"| {number(r['e2e_p99_s'])} |"
         )
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
+def capacity_table(result: dict) -> str:
+    lines = [
+        "| set-up | capacity req/s | probe offered req/s | completed | refused | saturated |",
+        "|---|---|---|---|---|---|",
+    ]
+    for probe in result["capacities"].values():
+        offered = probe["rate"]
+        lines.append(
+            f"| {probe['label']} | {probe['throughput_rps']:.2f} | {offered:.2f} "
+            f"| {probe['completed']}/{probe['offered']} "
+            f"| {probe['errors']} | {'yes' if probe['saturated'] else 'no (a lower bound)'} |"
+        )
+    return "\n".join(lines)
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| load | set-up | completed | refused | throughput req/s | goodput req/s | vs (c) | vs (b) "
+        "| SLA met | TTFT p95 s | e2e p99 s | preemptions | re-prefilled tokens "
+        "| router+scheduler CPU ms/req |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c, b = cell(rows, "triton_batching", r["load"]), cell(rows, "fcfs", r["load"])
+        cpu = r["router_scheduler_cpu_s_per_request"]
+        lines.append(
+            f"| {r['load']:.1f}× ({r['rate']:.2f}/s) | {r['label']} | {r['completed']}/{r['offered']} "
+            f"| {r['errors']} | {r['throughput_rps']:.2f} | {r['goodput_rps']:.2f} | {number(ratio(r, c))} "
+            f"| {number(ratio(r, b))} | {r['sla_met']:.0%} | {number(r['ttft_p95_s'])} "
+            f"| {number(r['e2e_p99_s'])} "
+            f"| {'—' if r['preemptions'] is None else r['preemptions']} "
+            f"| {'—' if r['reprefilled_tokens'] is None else r['reprefilled_tokens']} "
+            f"| {'—' if cpu is None else f'{cpu * 1000:.1f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def overload_table(row: dict) -> str:
+    return "\n".join(
+        [
+            "| offered req/s | admitted and completed | refused | lost | admitted e2e p99 / SLA | e2e p99 s "
+            "| refusal p99 s | goodput req/s |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {row['rate']:.2f} | {row['completed']}/{row['offered']} | {row['errors']} | {row['lost']} "
+            f"| {number(row['e2e_over_sla_p99'])} | {number(row['e2e_p99_s'])} "
+            f"| {number(row['refusal_p99_s'], 3)} "
+            f"| {row['goodput_rps']:.2f} |",
+        ]
+    )
+
+
+def targets_table(rows: list[dict]) -> str:
+    lines = ["| workload | target | load | measured | required | met |", "|---|---|---|---|---|---|"]
+    for t in rows:
+        need = f"≤ {t['need']:g}" if t.get("at_most") else f"≥ {t['need']:g}"
+        load = "—" if t["load"] is None else f"{t['load']:.1f}×"
+        if t["met"] or t["value"] != t["value"]:
+            verdict = "yes" if t["met"] else "not measured"
+        elif t.get("at_most"):
+            verdict = f"**no** ({t['value'] / t['need']:.2f}× the bound)"
+        else:
+            verdict = f"**no** (short by {1 - t['value'] / t['need']:.1%})"
+        lines.append(
+            f"| {t['workload']} | {t['target']} | {load} | {number(t['value'])} | {need} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def report(results: list[dict], checks: list[dict]) -> str:
+    parts = []
+    for w in results:
+        parts.append(f"### {w['name']}: {w['title']}\n")
+        if "sweep" in w:
+            parts.append(
+                f"Sweep of (c) at the shipped setting's capacity ({w['sweep'][0]['rate']:.2f} req/s):\n"
+            )
+            parts.append(sweep_table(w["sweep"]) + "\n")
+        elif "best_c" in w:
+            best = w["best_c"]
+            parts.append(
+                f"(c) at the best setting of the {best['workload']} sweep "
+                f"(max batch {best['max_batch_size']}, {best['delay_ms']} ms): not swept again.\n"
+            )
+        parts.append("Capacities (completed req/s under sustained overload):\n")
+        parts.append(capacity_table(w) + "\n")
+        parts.append(table(w["rows"]) + "\n")
+        if "overload" in w:
+            parts.append(f"(a) at {PROMPT_HEAVY_LOAD:g}× its own capacity:\n")
+            parts.append(overload_table(w["overload"]) + "\n")
+    parts.append("### Targets\n")
+    parts.append(targets_table(checks))
+    return "\n".join(parts)
+
+
+def plot(result: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = result["rows"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    for setup in SETUPS:
-        mine = [r for r in rows if r["setup"] == setup.name]
-        if not mine:
-            continue
+    ablations = {s.name for s in ABLATIONS}
+    for name in dict.fromkeys(r["setup"] for r in rows):
+        mine = [r for r in rows if r["setup"] == name]
+        style = "--" if name in ablations else "-"
         loads = [r["load"] for r in mine]
-        left.plot(loads, [r["goodput_rps"] for r in mine], marker="o", label=setup.label)
-        right.plot(loads, [r["ttft_p95_s"] for r in mine], marker="o", label=setup.label)
-    left.set_xlabel("offered load (× capacity of (c))")
+        left.plot(loads, [r["goodput_rps"] for r in mine], style, marker="o", label=mine[0]["label"])
+        right.plot(loads, [r["ttft_p95_s"] for r in mine], style, marker="o", label=mine[0]["label"])
+    reference = next(s.label for s in SETUPS if s.name == next(iter(result["capacities"])))
+    for axis in (left, right):
+        axis.set_xlabel(f"offered load (× capacity of {reference.split(' ')[0]})")
     left.set_ylabel("goodput (requests/s within SLA)")
-    right.set_xlabel("offered load (× capacity of (c))")
     right.set_ylabel("TTFT p95 (s)")
     right.set_yscale("log")
-    left.legend()
-    fig.suptitle(title)
-    save_figure(fig, path, dpi=120)
+    left.legend(fontsize=7)
+    fig.suptitle(
+        f"{result['name']}: {result['title']} (capacity {result['reference_capacity_rps']:.2f} req/s)"
+    )
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals per run")
-    parser.add_argument("--capacity", type=float, help="capacity of (c) in requests/s (measured if left out)")
     parser.add_argument(
-        "--capacity-probe-rate", type=float, default=10.0, help="overload rate of the capacity run"
+        "--quick", action="store_true", help="CI size: short runs, (c) swept on infobench only"
+    )
+    parser.add_argument("--duration", type=float, help="seconds of arrivals per load")
+    parser.add_argument("--sweep-duration", type=float, help="seconds of arrivals per setting of (c)'s sweep")
+    parser.add_argument("--capacity-probe-s", type=float, help="seconds of arrivals of a capacity probe")
+    parser.add_argument("--drain", type=float, help="seconds to wait for stragglers after the last arrival")
+    parser.add_argument(
+        "--capacity-probe-rate", type=float, default=10.0, help="overload rate of the first capacity probe"
     )
     parser.add_argument(
-        "--capacity-probe-s", type=float, default=20.0, help="seconds of arrivals of the capacity run"
+        "--probe-factor",
+        type=float,
+        default=2.5,
+        help="later probes run at this multiple of the reference capacity",
+    )
+    parser.add_argument(
+        "--probe-doublings", type=int, default=2, help="times a probe the set-up keeps up with is doubled"
     )
     parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS))
-    parser.add_argument("--drain", type=float, default=180.0, help="seconds to wait for stragglers")
+    parser.add_argument("--sweep-batch", type=int, nargs="+", default=list(SWEEP_BATCH))
+    parser.add_argument("--sweep-delay-ms", type=int, nargs="+", default=list(SWEEP_DELAY_MS))
+    parser.add_argument(
+        "--only", action="append", choices=[s.name for s in SETUPS], help="these set-ups (and the references)"
+    )
+    parser.add_argument(
+        "--memory-loads",
+        type=float,
+        nargs="+",
+        default=[1.0, 1.5, 2.0],
+        help="memory regime, × (b)'s capacity",
+    )
+    parser.add_argument("--workloads", nargs="+", choices=["infobench", "mixed", "heavy", "memory"])
+    parser.add_argument(
+        "--sweep-all", action="store_true", help="sweep (c) on every workload (default unless --quick)"
+    )
+    parser.add_argument(
+        "--memory-budget-gb", type=float, default=0.01, help="KV budget per instance, memory regime"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--short-share", type=float, default=0.6, help="share of 8–32-token requests")
     parser.add_argument("--sla-ttft-s", type=float, default=2.0)
     parser.add_argument("--sla-base-s", type=float, default=0.5)
     parser.add_argument("--sla-per-token-s", type=float, default=0.01)
-    parser.add_argument("--only", choices=[s.name for s in SETUPS], action="append")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_policies.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bench_policies.png")
+    parser.add_argument("--plot-dir", type=Path, default=ROOT / "docs" / "img")
+    parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args(argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.sweep_all = args.sweep_all or not args.quick
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     ensure_tiny_models(ROOT)
-    capacity = args.capacity or measure_capacity(args)
-    logger.info("capacity of (c): %.2f requests/s", capacity)
-    setups = [s for s in SETUPS if not args.only or s.name in args.only or s.name == "triton_batching"]
-    runs = [(load, setup) for load in args.loads for setup in setups]
-    rows = []
-    for number, (load, setup) in enumerate(runs, 1):
-        rate = load * capacity
-        logger.info("[%d/%d] %s at %.1f× (%.2f/s)", number, len(runs), setup.label, load, rate)
-        arrivals = build_workload(rate, args.duration, args.seed, args.short_share)
-        rows.append(run_setup(setup, rate, arrivals, args) | {"load": load})
-    print(table(rows))
+    started = time.monotonic()
+    chosen = [w for w in workloads(args) if not args.workloads or w.name in args.workloads]
+    results, best_c = [], None
+    with tempfile.TemporaryDirectory(prefix="bench_policies_c_") as into:
+        for workload in chosen:
+            logger.info("workload %s: %s", workload.name, workload.title)
+            result, best_c = run_workload(workload, args, Path(into), best_c)
+            results.append(result)
+            plot(result, args.plot_dir / f"bench_policies_{workload.name}.png")
+    checks = targets(results)
+    text = report(results, checks)
+    print(text)
+    elapsed = time.monotonic() - started
+    print(f"\n{elapsed / 60:.1f} minutes")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(text + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
-            {"config": {k: str(v) for k, v in vars(args).items()}, "capacity_rps": capacity, "rows": rows},
+            {
+                "config": {k: str(v) for k, v in vars(args).items()},
+                "elapsed_s": elapsed,
+                "workloads": results,
+                "targets": checks,
+            },
             indent=2,
         )
-    )
-    plot(
-        rows, args.plot, f"Poisson arrivals at 0.8–1.2× the capacity of (c) ({capacity:.1f}/s), same prompts"
     )
     return 0
 
