@@ -117,6 +117,16 @@ QUICK = {"duration": 12.0, "sweep_duration": 8.0, "capacity_probe_s": 10.0, "dra
 FULL = {"duration": 25.0, "sweep_duration": 15.0, "capacity_probe_s": 15.0, "drain": 150.0}
 
 
+def poisson_times(rate: float, duration_s: float, rng: random.Random) -> list[float]:
+    """Arrival times of a Poisson stream at ``rate`` per second over ``duration_s``."""
+    times, now = [], 0.0
+    while True:
+        now += rng.expovariate(rate)
+        if now >= duration_s:
+            return times
+        times.append(now)
+
+
 def build_workload(
     rate: float,
     duration_s: float,
@@ -129,12 +139,7 @@ def build_workload(
     """Poisson arrivals of infobench prompts; max_tokens bimodal (many short answers, some
     long ones), with ``long_share`` of them asking ``long_tokens`` (the heavy tail)."""
     rng = random.Random(seed)
-    times, now = [], 0.0
-    while True:
-        now += rng.expovariate(rate)
-        if now >= duration_s:
-            break
-        times.append(now)
+    times = poisson_times(rate, duration_s, rng)
     prompts = [p.text for p in generate_workload(len(times), seed, mix={"infobench": 1.0})]
     requests = []
     for t, p in zip(times, prompts, strict=True):
@@ -153,12 +158,7 @@ def build_mixed_workload(rate: float, duration_s: float, seed: int, short_share:
     """Poisson arrivals of the router's default graph/mmlu/infobench mix, as users send
     them (no task override); max_tokens drawn as in build_workload."""
     rng = random.Random(seed)
-    times, now = [], 0.0
-    while True:
-        now += rng.expovariate(rate)
-        if now >= duration_s:
-            break
-        times.append(now)
+    times = poisson_times(rate, duration_s, rng)
     prompts = generate_workload(len(times), seed)
     return [
         TimedRequest(
