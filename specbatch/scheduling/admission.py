@@ -10,10 +10,12 @@ admission decisions, taken per instance whenever it reports its state:
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
   token against the per-token SLA.
 - **whom**: one order over the whole queue, least slack first, slack being the time
-  left before the prompt's SLA (first token within ``ttft_sla_s``; finish within its
-  per-token budget; or the client's own deadline) minus its predicted service time. A prompt whose SLA is
-  already lost is served after those that can still make theirs, and a prompt that
-  waited ``starvation_s`` goes first, so no bin and no prompt starves. When the head
+  left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
+  ``finish_base_s`` plus its tokens at ``tpot_sla_s``; or the client's own deadline) minus
+  its predicted service time. A prompt whose SLA is already lost is served after those
+  that can still make theirs, but only until it has waited its own finish budget (or
+  ``starvation_s``, if shorter): then it goes first, so no prompt starves and a late one
+  ends within about twice its SLA, not at the starvation bound. When the head
   of the order does not fit an instance's free memory, the next prompt in the order
   that fits goes instead (in practice a shorter one). Queued prompts are filed in bins by
   predicted length (equal-mass edges), but in this order the bins decide nothing: their
@@ -30,8 +32,9 @@ admission decisions, taken per instance whenever it reports its state:
   they may run, prefill by the whole instance; see ``queue_bound``), never more than
   ``queue_limit`` nor fewer than ``queue_min`` prompts, and a prompt past that is
   refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
-  only miss its SLA and make the ones behind it miss theirs. A queued prompt whose
-  client deadline can no longer be met is shed early instead of taking a slot.
+  only miss its SLA and make the ones behind it miss theirs. So is a request whose SLA
+  the work queued ahead of it (in the least-slack order) would already break. A queued
+  prompt whose client deadline can no longer be met is shed early instead of taking a slot.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to
@@ -92,6 +95,7 @@ class AdmissionConfig:
     max_predicted_tokens: float = 1024.0
     prefix_affinity_rows: int = 2  # how much busier a prefix's holder may be and still get it; -1: off
     flush_s: float = 0.5  # multibin: how long a bin's oldest prompt waits for a full batch
+    finish_base_s: float | None = None  # a prompt ends within this + its tokens x tpot; None: ttft_sla_s
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -108,6 +112,14 @@ class AdmissionConfig:
             )
         if not 0 < self.eps_mem < 1:
             raise PolicyConfigError(f"eps_mem must be in (0, 1), got {self.eps_mem!r}")
+        base = self.finish_base_s
+        if base is not None and (not math.isfinite(base) or base <= 0):
+            raise PolicyConfigError(f"finish_base_s must be a finite number > 0 or None, got {base!r}")
+
+    def finish_budget_s(self, predicted_tokens: float) -> float:
+        """Seconds from arrival a prompt of this predicted length has to its last token."""
+        base = self.ttft_sla_s if self.finish_base_s is None else self.finish_base_s
+        return base + predicted_tokens * self.tpot_sla_s
 
 
 @dataclass
@@ -165,6 +177,11 @@ class AdmissionPolicy:
                 f"the server is overloaded: {len(self._queued)} prompts are queued "
                 f"(limit {limit}); retry later"
             )
+        if requests and self._late_behind_queue(requests):
+            raise QueueFullError(
+                f"the server is overloaded: the {len(self._queued)} prompts queued ahead would "
+                "make this request miss its SLA; retry later"
+            )
         for request in requests:
             self._bins.observe(request.predicted_tokens)
             self._predicted.add(request.predicted_tokens)
@@ -195,6 +212,34 @@ class AdmissionPolicy:
         bound = int(prompts_per_s * cfg.queue_seconds)
         return min(cfg.queue_limit, max(cfg.queue_min, bound))
 
+    def _late_behind_queue(self, requests: list[QueuedRequest]) -> bool:
+        """Whether the prompts already queued ahead of this request would make it miss its
+        SLA: their work (prefill by the whole instance, decoding shared by the rows it may
+        run), spread over the instances, against the request's least slack on arrival.
+        What the request costs itself is not held against it: with nothing queued ahead
+        it is admitted, however tight its SLA. Only the least-slack order has such an
+        ahead; multibin and the unbinned orders do not look at SLAs."""
+        if self.config.order != "least_slack" or not self._instances or not self._queued:
+            return False
+        tpot = self._tpot_estimate()
+        arriving = min(requests, key=lambda r: r.arrival_s).arrival_s
+        slack = min(self._slack(request, arriving, tpot) for request in requests)
+        latest_start_s = arriving + max(slack, 0.0)
+
+        def ahead(queued: QueuedRequest) -> bool:
+            if queued.arrival_s + self._promotion_s(queued) <= latest_start_s:
+                return True  # goes first by then, whatever its slack
+            queued_slack = self._slack(queued, arriving, tpot)
+            return 0.0 <= queued_slack <= slack  # a lost prompt waits behind
+
+        rows = sum(self._row_cap(instance) for instance in self._instances.values()) / len(self._instances)
+        ahead_s = sum(
+            self._prefill_s(queued) + queued.predicted_tokens * tpot / rows
+            for _, queued in self._queued.values()
+            if ahead(queued)
+        )
+        return ahead_s / len(self._instances) > max(slack, 0.0)
+
     def requeue(self, request: QueuedRequest) -> None:
         """Put back a prompt whose instance failed before it produced anything (bound ignored)."""
         self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
@@ -223,7 +268,7 @@ class AdmissionPolicy:
         tpot = self._tpot_estimate()
         flushing = self.config.order == "multibin"
         for _, request in self._queued.values():
-            times.append(request.arrival_s + self.config.starvation_s)
+            times.append(request.arrival_s + self._promotion_s(request))
             if flushing:
                 times.append(request.arrival_s + self.config.flush_s)
             if request.deadline_s is not None:
@@ -429,17 +474,30 @@ class AdmissionPolicy:
         tpot = self._tpot_estimate()
 
         def priority(request: QueuedRequest) -> tuple[int, float]:
-            waited = now_s - request.arrival_s
-            if waited >= cfg.starvation_s:
+            if now_s - request.arrival_s >= self._promotion_s(request):
                 return (0, request.arrival_s)
-            service = self._service_s(request, tpot)
-            finish_budget = cfg.ttft_sla_s + request.predicted_tokens * cfg.tpot_sla_s
-            slack = min(
-                request.arrival_s + cfg.ttft_sla_s - now_s - self._prefill_s(request),
-                request.arrival_s + finish_budget - now_s - service,
-            )
-            if request.deadline_s is not None:
-                slack = min(slack, request.deadline_s - now_s - service)
+            slack = self._slack(request, now_s, tpot)
             return (1, slack) if slack >= 0 else (2, request.arrival_s)
 
         return sorted(requests, key=priority)
+
+    def _promotion_s(self, request: QueuedRequest) -> float:
+        """How long a prompt waits before it goes first whatever its slack: the starvation
+        bound, and under least slack no longer than its own finish budget, so that a prompt
+        whose SLA is lost ends within about twice that budget instead of at the bound."""
+        if self.config.order != "least_slack":
+            return self.config.starvation_s
+        return min(self.config.starvation_s, self.config.finish_budget_s(request.predicted_tokens))
+
+    def _slack(self, request: QueuedRequest, now_s: float, tpot: float) -> float:
+        """Seconds a prompt may still wait and make its SLA (its first token within
+        ``ttft_sla_s``, its last within its finish budget, and its client deadline)."""
+        cfg = self.config
+        service = self._service_s(request, tpot)
+        slack = min(
+            request.arrival_s + cfg.ttft_sla_s - now_s - self._prefill_s(request),
+            request.arrival_s + cfg.finish_budget_s(request.predicted_tokens) - now_s - service,
+        )
+        if request.deadline_s is not None:
+            slack = min(slack, request.deadline_s - now_s - service)
+        return slack

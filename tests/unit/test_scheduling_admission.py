@@ -37,8 +37,43 @@ def test_least_slack_first_puts_a_lost_prompt_behind_those_that_can_still_make_i
     admission = policy(max_rows=1)
     admission.enqueue(request("old", arrival=0.0))
     admission.enqueue(request("fresh", arrival=2.5))
-    # at t=3 "old" has waited past its 2 s TTFT bound: it cannot meet its SLA any more
-    assert [r.request_id for r in admission.admit("a", 3.0)] == ["fresh"]
+    # at t=2.8 "old" has waited past its 2 s TTFT bound: it cannot meet its SLA any more
+    assert [r.request_id for r in admission.admit("a", 2.8)] == ["fresh"]
+
+
+def test_a_lost_prompt_goes_first_once_it_has_waited_its_own_finish_budget():
+    def first_at(now_s: float) -> str:
+        admission = policy(max_rows=1, finish_base_s=0.5)
+        fast = InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01, max_rows=64)
+        admission.report("a", fast)
+        admission.enqueue(request("old", arrival=0.0))
+        admission.enqueue(request("fresh", arrival=1.0))
+        assert admission.next_wakeup_s(1.45) == pytest.approx(1.5)
+        return admission.admit("a", now_s)[0].request_id
+
+    # "old": finish budget 0.5 s + 10 tokens x 0.1 s = 1.5 s, service 0.105 s: lost after 1.395 s
+    assert first_at(1.45) == "fresh"
+    assert first_at(1.5) == "old", "waited its finish budget: no longer behind the fresh one"
+
+
+def test_a_request_the_queue_ahead_would_make_late_is_refused_at_once_and_a_lone_one_never():
+    admission = policy(max_rows=4, queue_limit=100, finish_base_s=0.5, tpot_sla_s=0.01)
+    load = InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01, max_rows=4)
+    admission.report("a", load)
+    # nothing queued ahead: admitted even with no slack at all (its deadline is too near)
+    admission.enqueue(request("hopeless", predicted=100, deadline=0.1))
+    admission.cancel("hopeless")
+    # each prompt: budget 0.5 + 100 x 0.01 = 1.5 s, service 1.005 s, slack 0.495 s; each
+    # one queued ahead costs 0.005 s of prefill + 100 x 0.01 s / 4 rows = 0.255 s
+    admission.enqueue(request(0, predicted=100))
+    admission.enqueue(request(1, predicted=100))  # 0.255 s ahead
+    with pytest.raises(QueueFullError, match="miss its SLA"):
+        admission.enqueue(request(2, predicted=100))  # 0.51 s ahead
+    assert admission.queued == 2
+    # at 0.6 s those two have lost their SLA: they wait behind a fresh request until
+    # they have waited 1.5 s, so they are not ahead of one that must start by 1.095 s
+    admission.enqueue(request("short", predicted=10, arrival=0.6))
+    assert admission.queued == 3
 
 
 def test_least_slack_first_serves_the_earlier_deadline_first():

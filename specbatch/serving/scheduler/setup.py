@@ -33,6 +33,13 @@ def build_sla(settings: ModelSettings) -> SlaTargets:
     return SlaTargets(ttft_s=bound("sla_ttft_ms"), tpot_s=bound("sla_tpot_ms"), e2e_s=bound("sla_e2e_ms"))
 
 
+def sla_finish_base_s(settings: ModelSettings) -> float | None:
+    """`sla_finish_base_ms`: a prompt is to end within this plus its tokens at
+    `sla_tpot_ms` (0 or unset: within `sla_ttft_ms` plus its tokens)."""
+    value = settings.number("sla_finish_base_ms", 0.0)
+    return value / 1000.0 if value > 0 else None
+
+
 def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     """`admission`: `least_slack` (bins, SLA order, b_mem and b_SLA per instance),
     `multibin` (an idle instance runs one length bin's batch to completion: the papers'
@@ -60,6 +67,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
             flush_s=settings.number("multibin_flush_ms", 500.0) / 1000.0,
+            finish_base_s=sla_finish_base_s(settings),
         )
     )
 
