@@ -329,7 +329,12 @@ def refusal_delays(arrivals: list[TimedRequest], records: list[dict]) -> list[fl
 def summarise(
     setup: Setup, rate: float, arrivals: list[TimedRequest], records: list[dict], args: argparse.Namespace
 ) -> dict:
+    """One row of the tables; ``latest`` keeps the five answers latest against their SLA."""
     served = [r for r in records if r["id"] is not None]
+
+    def lateness(record: dict) -> float:
+        return record["e2e_s"] / e2e_sla_s(arrivals[record["id"]], args)
+
     span = max([arrivals[-1].at_s] + [r["done_s"] for r in served])
     met = [
         r
@@ -351,10 +356,23 @@ def summarise(
         "sla_met": len(met) / len(arrivals),
         "ttft_p95_s": percentile([r["ttft_s"] for r in served], 95),
         "e2e_p99_s": percentile([r["e2e_s"] for r in served], 99),
-        "e2e_over_sla_p99": percentile([r["e2e_s"] / e2e_sla_s(arrivals[r["id"]], args) for r in served], 99),
+        "e2e_over_sla_p99": percentile([lateness(r) for r in served], 99),
         "refusal_p99_s": percentile(refusals, 99),
         "input_tokens": sum(r["input_tokens"] for r in served),
         "first_error": next((r["error"] for r in records if r["id"] is None), ""),
+        "latest": [latest_record(r, arrivals[r["id"]], args) for r in sorted(served, key=lateness)[-5:]],
+    }
+
+
+def latest_record(record: dict, arrival: TimedRequest, args: argparse.Namespace) -> dict:
+    """What a late answer was: its prompt's start, its sizes, its SLA and its times."""
+    keys = ("ttft_s", "e2e_s", "input_tokens", "output_tokens", "instance")
+    return {
+        "prompt": arrival.prompt[:60],
+        "max_tokens": arrival.max_tokens,
+        "sla_s": e2e_sla_s(arrival, args),
+        "arrival_s": arrival.at_s,
+        **{key: record[key] for key in keys},
     }
 
 
