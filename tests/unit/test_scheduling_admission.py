@@ -232,6 +232,21 @@ def _simulate(order: str, requests: list[SimRequest]):
     return simulator.run(requests)
 
 
+def test_under_speculation_a_simulated_row_commits_the_tokens_per_step_of_its_batch_size():
+    costs = StepCosts(
+        base_s=0.01, per_row_s=0.0, per_prefill_token_s=0.0, tokens_per_row_step=((1, 3.0), (3, 1.0))
+    )
+    assert costs.tokens(2) == pytest.approx(2.0)
+    config = AdmissionConfig(queue_limit=16, sla_aware=False, memory_aware=False, shed_deadlines=False)
+    simulator = ContinuousSimulator(lambda: AdmissionPolicy(config), [SimInstance()], costs)
+    (alone,) = simulator.run([SimRequest(0, 0.0, 10, 12, 12.0)])
+    assert alone.done_s == pytest.approx(4 * 0.01), "12 tokens at 3 a step: 4 steps"
+    trio = simulator.run([SimRequest(i, 0.0, 10, 12, 12.0) for i in range(3)])
+    # the first arrival steps alone (3 tokens), the others join after it: 1 token a step at
+    # 3 rows until the first leaves at 0.10 s (3 + 9), then 2 a step at 2 rows (9 + 2 + 1)
+    assert [o.done_s for o in trio] == pytest.approx([0.10, 0.12, 0.12])
+
+
 def test_the_simulator_answers_every_request_once():
     outcomes = _simulate("least_slack", _workload(rate=10, seconds=20))
     assert {o.status for o in outcomes} <= {"served", "rejected", "shed"}

@@ -4,7 +4,8 @@ Where the static policy's simulator (``specbatch.scheduling.static.simulate``) c
 whole batch for its longest member, here a row costs a step: every instance runs steps
 back to back while it has rows, each step lasting
 ``base + per_row × rows + per_prefill_token × prompt tokens started`` and giving every
-running row one token. Rows join and leave at step boundaries. After every step the
+running row one token (under speculation, the mean tokens a row commits per step at that
+many rows). Rows join and leave at step boundaries. After every step the
 instance reports its load to the same `AdmissionPolicy` object the server runs, on a
 virtual clock, and the policy decides who starts next; where the policy's order changes
 with time alone (its ``next_wakeup_s``), an idle instance asks again then.
@@ -18,6 +19,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.scheduling.requests import QueuedRequest
@@ -25,12 +28,24 @@ from specbatch.scheduling.requests import QueuedRequest
 
 @dataclass(frozen=True)
 class StepCosts:
+    """What a step costs, and what it gives each row: one token, or under speculation
+    the tokens a row commits per step at that many rows (``tokens_per_row_step``: pairs of
+    rows and mean tokens, interpolated between them; empty: one token)."""
+
     base_s: float = 0.02
     per_row_s: float = 0.002
     per_prefill_token_s: float = 0.00005
+    tokens_per_row_step: tuple[tuple[int, float], ...] = ()
 
     def step_s(self, rows: int, prefill_tokens: int) -> float:
         return self.base_s + self.per_row_s * rows + self.per_prefill_token_s * prefill_tokens
+
+    def tokens(self, rows: int) -> float:
+        """Tokens each of ``rows`` rows commits in one step."""
+        if not self.tokens_per_row_step:
+            return 1.0
+        points = sorted(self.tokens_per_row_step)
+        return float(np.interp(rows, [r for r, _ in points], [t for _, t in points]))
 
 
 @dataclass(frozen=True)
@@ -71,7 +86,7 @@ class SimOutcome:
 class _Row:
     outcome: SimOutcome
     queued: QueuedRequest
-    generated: int = 0
+    generated: float = 0.0  # fractional under speculation: tokens per row-step are a mean
 
 
 @dataclass
@@ -80,13 +95,14 @@ class _InstanceState:
     rows: list[_Row] = field(default_factory=list)
     stepping: bool = False
     last_step_s: float = 0.0
+    tokens_last_step: float = 1.0
 
     def held_blocks(self) -> int:
         return sum(math.ceil((r.queued.input_tokens + r.generated) / self.spec.block_size) for r in self.rows)
 
     def load(self) -> InstanceLoad:
         total = self.spec.kv_tokens // self.spec.block_size
-        per_token = self.last_step_s
+        per_token = self.last_step_s / self.tokens_last_step
         return InstanceLoad(
             running=len(self.rows),
             blocks_total=total,
@@ -177,18 +193,21 @@ class ContinuousSimulator:
             state = states[subject]
             state.stepping = False
             finished = []
+            tokens = self._costs.tokens(len(state.rows))
             for row in state.rows:
-                row.generated += 1
+                output_tokens = row.outcome.request.output_tokens
+                row.generated = min(float(output_tokens), row.generated + tokens)
                 if row.outcome.first_token_s is None:
                     row.outcome.first_token_s = now
-                if row.generated >= row.outcome.request.output_tokens:
+                if row.generated >= output_tokens:
                     row.outcome.done_s = now
                     row.outcome.status = "served"
                     finished.append(row)
             state.last_step_s = self._costs.step_s(len(state.rows), 0)
+            state.tokens_last_step = tokens
             for row in finished:
                 state.rows.remove(row)
-                policy.finished(names[subject], row.queued, row.generated)
+                policy.finished(names[subject], row.queued, row.outcome.request.output_tokens)
             policy.report(names[subject], state.load())
             start_rows(subject, now)
             if not state.rows:
