@@ -30,8 +30,8 @@ tritonserver per set-up and workload serves, in this order, a warm-up, its capac
 probe and the loads in ascending order. A request meets its SLA when its first token
 comes within --sla-ttft-s and it ends within --sla-base-s + --sla-per-token-s x
 max_tokens; goodput is requests meeting it per second. The scheduler is told that SLA
-(`sla_ttft_ms`, `sla_finish_base_ms`, `sla_tpot_ms`), as a user holding it to one would
-tell it; Triton's batcher has no such setting. Writes JSON, a PNG per workload
+(`sla_ttft_ms`, `sla_finish_base_ms`, `sla_finish_per_token_ms`), as a user holding it
+to one would tell it; Triton's batcher has no such setting. Writes JSON, a PNG per workload
 and markdown tables (stdout and --markdown).
 
     .venv/bin/python scripts/bench_policies.py --quick   # CI size, about 30 minutes on 2 cores
@@ -445,20 +445,24 @@ def triton_variant(max_batch_size: int, delay_ms: int, into: Path) -> Setup:
     return Setup(TRITON_BATCHING.name, label, {**TRITON_BATCHING.options, "root": root})
 
 
+def server_env(setup: Setup, workload_env: dict, args: argparse.Namespace) -> dict:
+    """The SPECBATCH_* overrides a set-up's server runs with on a workload: its own, the
+    workload's, and for the scheduler the SLA it is held to."""
+    env = dict(workload_env)
+    if setup.name != TRITON_BATCHING.name:
+        env |= {
+            "SPECBATCH_SLA_TTFT_MS": f"{args.sla_ttft_s * 1000:g}",
+            "SPECBATCH_SLA_FINISH_BASE_MS": f"{args.sla_base_s * 1000:g}",
+            "SPECBATCH_SLA_FINISH_PER_TOKEN_MS": f"{args.sla_per_token_s * 1000:g}",
+        }
+    return {**setup.options.get("env", {}), **env}
+
+
 class Session:
     """One tritonserver for one set-up: warmed, then runs phases one after another."""
 
     def __init__(self, setup: Setup, name: str, env: dict, args: argparse.Namespace) -> None:
-        if setup.name != TRITON_BATCHING.name:  # the scheduler is told the SLA it is held to
-            env = {
-                **env,
-                "SPECBATCH_SLA_TTFT_MS": f"{args.sla_ttft_s * 1000:g}",
-                "SPECBATCH_SLA_FINISH_BASE_MS": f"{args.sla_base_s * 1000:g}",
-                "SPECBATCH_SLA_TPOT_MS": f"{args.sla_per_token_s * 1000:g}",
-            }
-        self.setup = Setup(
-            setup.name, setup.label, {**setup.options, "env": {**setup.options.get("env", {}), **env}}
-        )
+        self.setup = Setup(setup.name, setup.label, {**setup.options, "env": server_env(setup, env, args)})
         self.args = args
         self.ensemble = setup.name != TRITON_BATCHING.name
         self.process = start_server(self.setup, name)

@@ -11,7 +11,7 @@ admission decisions, taken per instance whenever it reports its state:
   token against the per-token SLA.
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
-  ``finish_base_s`` plus its tokens at ``tpot_sla_s``; or the client's own deadline) minus
+  ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus
   its predicted service time. A prompt whose SLA is already lost is served after those
   that can still make theirs, but only until it has waited its own finish budget (or
   ``starvation_s``, if shorter): then it goes first, so no prompt starves and a late one
@@ -95,7 +95,10 @@ class AdmissionConfig:
     max_predicted_tokens: float = 1024.0
     prefix_affinity_rows: int = 2  # how much busier a prefix's holder may be and still get it; -1: off
     flush_s: float = 0.5  # multibin: how long a bin's oldest prompt waits for a full batch
-    finish_base_s: float | None = None  # a prompt ends within this + its tokens x tpot; None: ttft_sla_s
+    # a prompt's last token is due within finish_base_s + its tokens x finish_per_token_s
+    # (None: ttft_sla_s and tpot_sla_s); b_SLA holds the per-token pace to tpot_sla_s
+    finish_base_s: float | None = None
+    finish_per_token_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -112,14 +115,16 @@ class AdmissionConfig:
             )
         if not 0 < self.eps_mem < 1:
             raise PolicyConfigError(f"eps_mem must be in (0, 1), got {self.eps_mem!r}")
-        base = self.finish_base_s
-        if base is not None and (not math.isfinite(base) or base <= 0):
-            raise PolicyConfigError(f"finish_base_s must be a finite number > 0 or None, got {base!r}")
+        for name in ("finish_base_s", "finish_per_token_s"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value <= 0):
+                raise PolicyConfigError(f"{name} must be a finite number > 0 or None, got {value!r}")
 
     def finish_budget_s(self, predicted_tokens: float) -> float:
         """Seconds from arrival a prompt of this predicted length has to its last token."""
         base = self.ttft_sla_s if self.finish_base_s is None else self.finish_base_s
-        return base + predicted_tokens * self.tpot_sla_s
+        per_token = self.tpot_sla_s if self.finish_per_token_s is None else self.finish_per_token_s
+        return base + predicted_tokens * per_token
 
 
 @dataclass

@@ -19,12 +19,19 @@ CONFIGS = [
 
 
 def read_parameters() -> set[str]:
-    pattern = r'settings\.(?:raw|integer|number|switch|model_path)\(\s*"([a-z0-9_]+)"'
+    reader = r"(?:settings\.(?:raw|integer|number|switch|model_path)\(|optional_seconds\(settings,)"
+    pattern = reader + r'\s*"([a-z0-9_]+)"'
     return {key for path in READERS for key in re.findall(pattern, path.read_text())}
 
 
 def test_the_scheduler_reads_parameters():
-    assert {"admission", "b_mem", "sla_finish_base_ms", "cancel_poll_ms"} <= read_parameters()
+    assert {
+        "admission",
+        "b_mem",
+        "sla_finish_base_ms",
+        "sla_finish_per_token_ms",
+        "cancel_poll_ms",
+    } <= read_parameters()
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.name)

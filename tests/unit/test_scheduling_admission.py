@@ -441,6 +441,16 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 
 
+def test_a_prompts_finish_budget_is_the_configured_sla_or_else_ttft_plus_tpot(tmp_path):
+    config = {"name": "scheduler", "parameters": {"sla_ttft_ms": {"string_value": "2000"}}}
+    plain = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_SLA_TPOT_MS": "50"})).config
+    assert plain.finish_budget_s(100) == pytest.approx(2.0 + 100 * 0.05)
+    env = {"SPECBATCH_SLA_FINISH_BASE_MS": "500", "SPECBATCH_SLA_FINISH_PER_TOKEN_MS": "10"}
+    told = build_admission(ModelSettings(config, tmp_path, env=env)).config
+    assert told.finish_budget_s(100) == pytest.approx(0.5 + 100 * 0.01)
+    assert told.tpot_sla_s == 0.1, "b_SLA's pace is sla_tpot_ms (unset: 100 ms), not the finish allowance"
+
+
 def test_shortest_first_ranks_by_predicted_length_and_a_starved_prompt_goes_first():
     admission = policy(
         order="shortest_first", max_rows=1, memory_aware=False, shed_deadlines=False, starvation_s=5.0

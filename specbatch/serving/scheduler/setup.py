@@ -33,10 +33,9 @@ def build_sla(settings: ModelSettings) -> SlaTargets:
     return SlaTargets(ttft_s=bound("sla_ttft_ms"), tpot_s=bound("sla_tpot_ms"), e2e_s=bound("sla_e2e_ms"))
 
 
-def sla_finish_base_s(settings: ModelSettings) -> float | None:
-    """`sla_finish_base_ms`: a prompt is to end within this plus its tokens at
-    `sla_tpot_ms` (0 or unset: within `sla_ttft_ms` plus its tokens)."""
-    value = settings.number("sla_finish_base_ms", 0.0)
+def optional_seconds(settings: ModelSettings, key: str) -> float | None:
+    """A duration parameter in ms; None where it is 0 or unset."""
+    value = settings.number(key, 0.0)
     return value / 1000.0 if value > 0 else None
 
 
@@ -45,7 +44,10 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     `multibin` (an idle instance runs one length bin's batch to completion: the papers'
     setting), `fcfs` (one queue in arrival order, start what fits now: what vLLM does)
     or `shortest_first` (the same queue ranked by predicted length, blind to SLAs).
-    `b_mem`, `b_sla` and `deadline_shedding` (on by default) switch one part off."""
+    `b_mem`, `b_sla` and `deadline_shedding` (on by default) switch one part off.
+    A prompt's SLA: its first token within `sla_ttft_ms`, its last within
+    `sla_finish_base_ms` + its tokens x `sla_finish_per_token_ms` (0: `sla_ttft_ms` and
+    `sla_tpot_ms`); b_SLA holds each instance's pace to `sla_tpot_ms` a token."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
@@ -67,7 +69,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
             flush_s=settings.number("multibin_flush_ms", 500.0) / 1000.0,
-            finish_base_s=sla_finish_base_s(settings),
+            finish_base_s=optional_seconds(settings, "sla_finish_base_ms"),
+            finish_per_token_s=optional_seconds(settings, "sla_finish_per_token_ms"),
         )
     )
 

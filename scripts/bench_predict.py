@@ -1,0 +1,369 @@
+"""The step simulator against the live server: bench_policies' rows, predicted.
+
+For every row bench_policies measured of a continuous-batching set-up ((a) and its
+ablations, (b), (d), and (a)'s prompt-heavy overload), the step-level simulator
+(`specbatch.scheduling.simulate.continuous`) runs the same arrivals (rebuilt from the
+run's seed and rates) through the `AdmissionPolicy` the server built from the same
+parameters (the scheduler's cpu config and the set-up's SPECBATCH_* overrides, by the
+server's own `build_admission`), with prompts prepared and their lengths predicted by the
+server's own code, on two simulated instances whose KV room is the engine's.
+
+The step costs are the pass-cost model fitted offline on the same model pair, engine
+and settings as the served instances (`qwen3_specdec`'s cpu config): closed batches of
+1-16 rows of infobench prompts, each step timed; step seconds = base + per row x rows,
+prefill seconds per prompt token from the first steps, and the tokens a row commits
+per step at each batch size under the goodput-chosen K. Nothing is fitted to the
+served results.
+
+Left out, and said so in the output: (c) (Triton's static batcher is not a continuous
+policy) and the `mixed` workload (graph prompts are solved by the router's solver and
+mmlu prompts scored, which the simulator does not model).
+
+    .venv/bin/python scripts/bench_predict.py --policies results/bench_policies.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import json
+import logging
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_policies import SETUPS, e2e_sla_s, server_env, workloads  # noqa: E402
+
+from specbatch.figures import save_figure  # noqa: E402
+from specbatch.routing.length import LengthPredictor  # noqa: E402
+from specbatch.scheduling.admission import AdmissionPolicy  # noqa: E402
+from specbatch.scheduling.simulate.continuous import (  # noqa: E402
+    ContinuousSimulator,
+    SimInstance,
+    SimOutcome,
+    SimRequest,
+    StepCosts,
+)
+from specbatch.serving.scheduler.setup import build_admission  # noqa: E402
+from specbatch.serving.scheduler.tasks import prepare_prompt  # noqa: E402
+from specbatch.serving.settings import ModelSettings  # noqa: E402
+from specbatch.serving.target_text import TargetText  # noqa: E402
+
+logger = logging.getLogger("bench_predict")
+REPOSITORY = ROOT / "model_repository"
+SIMULATED = ("infobench", "heavy", "memory")
+FIT_ROWS = (1, 2, 4, 8, 16)
+TOLERANCE = 0.15  # the issue's bound on the goodput error
+
+
+def config_parameters(path: Path) -> dict:
+    """A config.pbtxt's parameters, as Triton hands them to a Python model."""
+    pairs = re.findall(r'key: "([a-z0-9_]+)" value: \{ string_value: "([^"]*)" \}', path.read_text())
+    return {"name": path.parent.name, "parameters": {k: {"string_value": v} for k, v in pairs}}
+
+
+def bench_args(config: dict) -> argparse.Namespace:
+    """bench_policies' arguments back from the strings its JSON keeps."""
+    values = {}
+    for key, text in config.items():
+        try:
+            values[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            values[key] = text
+    return argparse.Namespace(**values)
+
+
+def instance_settings() -> ModelSettings:
+    return ModelSettings(
+        config_parameters(REPOSITORY / "qwen3_specdec" / "configs" / "cpu.pbtxt"), ROOT, env={}
+    )
+
+
+def fit_costs(steps: int) -> tuple[StepCosts, int, dict]:
+    """The served instance's engine, built as its cpu config builds it, timed on closed
+    batches: (step costs, KV tokens per GB of budget, the fit's raw points)."""
+    import torch
+
+    from specbatch.decoding import Engine, GenerationRequest, load_model_pair
+    from specbatch.routing import build_infobench_prompt, generate_workload
+
+    settings = instance_settings()
+    torch.set_num_threads(settings.integer("cpu_threads", 1))
+    pair = load_model_pair(
+        settings.model_path("target_model"), settings.model_path("draft_model"), device="cpu", dtype="float32"
+    )
+    budget_gb = settings.number("kv_memory_budget_gb")
+    engine = Engine(
+        pair,
+        lookahead=settings.raw("lookahead", "goodput"),
+        kv_memory_budget_bytes=int(budget_gb * (1 << 30)),
+        block_size=settings.integer("kv_block_size", 16),
+        max_rows=settings.integer("max_rows", 64),
+        prefix_caching=False,  # a fit from cache hits would under-charge prefill
+    )
+    texts = [build_infobench_prompt(p.text) for p in generate_workload(64, 7, mix={"infobench": 1.0})]
+    engine.generate([GenerationRequest(texts[0], max_new_tokens=8)])  # warm
+    decode, prefill, tokens = [], [], {}
+    for rows in FIT_ROWS:
+        batch = [GenerationRequest(texts[(rows + i) % len(texts)], max_new_tokens=steps) for i in range(rows)]
+        first_s, steps_s, committed = timed_steps(engine, batch)
+        full = list(zip(steps_s, committed, strict=True))[: max(1, len(steps_s) // 2)]  # every row still runs
+        decode += [(rows, seconds) for seconds, _ in full]
+        tokens[rows] = statistics.mean(n for _, n in full) / rows
+        median_s = statistics.median(seconds for seconds, _ in full)
+        prefill.append((sum(len(pair.tokenizer.encode(r.prompt)) for r in batch), first_s - median_s))
+        logger.info(
+            "fit: %d rows, %.1f ms a step, %.2f tokens a row-step", rows, 1000 * median_s, tokens[rows]
+        )
+    x = np.array([[1.0, r] for r, _ in decode])
+    (base, per_row), *_ = np.linalg.lstsq(x, np.array([d for _, d in decode]), rcond=None)
+    per_prompt_token = max(0.0, sum(s for _, s in prefill) / sum(t for t, _ in prefill))
+    costs = StepCosts(
+        base_s=max(float(base), 1e-6),
+        per_row_s=max(float(per_row), 0.0),
+        per_prefill_token_s=per_prompt_token,
+        tokens_per_row_step=tuple(sorted(tokens.items())),
+    )
+    kv_tokens_per_gb = engine.snapshot().blocks_total * engine.snapshot().block_size / budget_gb
+    return costs, int(kv_tokens_per_gb), {"decode": decode, "prefill": prefill, "tokens": tokens}
+
+
+def timed_steps(engine, batch: list) -> tuple[float, list[float], list[int]]:
+    """One closed batch through the engine: the first step's seconds (prefill included),
+    then each later step's seconds and the tokens it committed."""
+    marks: list[tuple[float, int]] = []
+
+    def on_step(new: dict[int, list[int]]) -> None:
+        marks.append((time.perf_counter(), sum(len(ids) for ids in new.values())))
+
+    started = time.perf_counter()
+    engine.generate(batch, on_step=on_step)
+    durations = np.diff([started] + [at for at, _ in marks]).tolist()
+    return durations[0], durations[1:], [n for _, n in marks[1:]]
+
+
+class Requests:
+    """bench_policies' arrivals as the scheduler queues them: prepared, counted and
+    predicted by the server's own code."""
+
+    def __init__(self) -> None:
+        self._text = TargetText.load(str(ROOT / ".models" / "tiny" / "target"))
+        self._predictor = LengthPredictor()
+
+    def of(self, arrivals: list, task: str = "infobench") -> list[SimRequest]:
+        requests = []
+        for index, arrival in enumerate(arrivals):
+            prepared = prepare_prompt(arrival.prompt, task, None)
+            input_tokens = self._text.count(self._text.model_text(prepared.model_prompt, prepared.chat))
+            predicted = max(1, min(self._predictor.predict(prepared.source, task), arrival.max_tokens))
+            requests.append(
+                SimRequest(index, arrival.at_s, input_tokens, arrival.max_tokens, float(predicted))
+            )
+        return requests
+
+
+def measured_like(outcomes: list[SimOutcome], arrivals: list, args: argparse.Namespace) -> dict:
+    """The simulated run in bench_policies' terms: goodput over the same span, TTFT p95."""
+    served = [o for o in outcomes if o.status == "served"]
+    span = max([arrivals[-1].at_s] + [o.done_s for o in served])
+    met = [
+        o
+        for o in served
+        if o.ttft_s <= args.sla_ttft_s and o.e2e_s <= e2e_sla_s(arrivals[o.request.request_id], args)
+    ]
+    return {
+        "goodput_rps": len(met) / span,
+        "ttft_p95_s": float(np.percentile([o.ttft_s for o in served], 95)) if served else float("nan"),
+        "refused": sum(o.status != "served" for o in outcomes),
+    }
+
+
+def predict_rows(policies: dict, costs: StepCosts, kv_tokens_per_gb: int) -> list[dict]:
+    args = bench_args(policies["config"])
+    builders = {w.name: w for w in workloads(args)}
+    setups = {s.name: s for s in SETUPS}
+    scheduler = config_parameters(REPOSITORY / "scheduler" / "configs" / "cpu.pbtxt")
+    requests = Requests()
+    default_budget = instance_settings().number("kv_memory_budget_gb")
+    predicted = []
+    for result in policies["workloads"]:
+        name = result["name"]
+        if name not in SIMULATED:
+            continue
+        workload = builders[name]
+        rows = [r for r in result["rows"] if r["setup"] in setups and r["setup"] != "triton_batching"]
+        if "overload" in result:
+            rows.append(result["overload"])
+        for row in rows:
+            env = server_env(setups[row["setup"]], workload.env, args)
+            seed = args.seed + (3 if row["phase"] == "overload" else 0)
+            arrivals = workload.build(row["rate"], args.duration, seed)
+            budget = float(env.get("SPECBATCH_KV_MEMORY_BUDGET_GB", default_budget))
+            instance = SimInstance(kv_tokens=int(budget * kv_tokens_per_gb), max_rows=64)
+            admission = build_admission(ModelSettings(scheduler, ROOT, env=env))
+            simulator = ContinuousSimulator(lambda a=admission: _fresh(a), [instance, instance], costs)
+            simulated = measured_like(simulator.run(requests.of(arrivals)), arrivals, args)
+            predicted.append(
+                {
+                    "workload": name,
+                    "setup": row["setup"],
+                    "label": row["label"],
+                    "phase": row["phase"],
+                    "load": row["load"],
+                    "rate": row["rate"],
+                    "measured_goodput_rps": row["goodput_rps"],
+                    "predicted_goodput_rps": simulated["goodput_rps"],
+                    "measured_ttft_p95_s": row["ttft_p95_s"],
+                    "predicted_ttft_p95_s": simulated["ttft_p95_s"],
+                    "goodput_error": simulated["goodput_rps"] / row["goodput_rps"] - 1
+                    if row["goodput_rps"]
+                    else float("nan"),
+                }
+            )
+            logger.info(
+                "%s %s %s x%s: goodput measured %.2f, predicted %.2f",
+                name,
+                row["setup"],
+                row["phase"],
+                row["load"],
+                row["goodput_rps"],
+                simulated["goodput_rps"],
+            )
+    return predicted
+
+
+def _fresh(admission: AdmissionPolicy) -> AdmissionPolicy:
+    """A new policy with the same configuration for each simulated run."""
+    return AdmissionPolicy(admission.config)
+
+
+def rankings(rows: list[dict]) -> list[dict]:
+    """Per workload and load: the set-ups in order of measured and of predicted goodput."""
+    cells: dict[tuple[str, float], list[dict]] = {}
+    for row in rows:
+        if row["phase"] == "load":
+            cells.setdefault((row["workload"], row["load"]), []).append(row)
+    out = []
+    for (workload, load), members in sorted(cells.items()):
+        measured = [r["setup"] for r in sorted(members, key=lambda r: -r["measured_goodput_rps"])]
+        predicted = [r["setup"] for r in sorted(members, key=lambda r: -r["predicted_goodput_rps"])]
+        out.append(
+            {
+                "workload": workload,
+                "load": load,
+                "measured": measured,
+                "predicted": predicted,
+                "same": measured == predicted,
+            }
+        )
+    return out
+
+
+def table(rows: list[dict], ranks: list[dict]) -> str:
+    lines = [
+        "| workload | set-up | load | goodput measured | predicted | error "
+        "| TTFT p95 measured s | predicted s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        load = "2× (a)'s capacity" if r["phase"] == "overload" else f"{r['load']:g}×"
+        lines.append(
+            f"| {r['workload']} | {r['label']} | {load} | {r['measured_goodput_rps']:.2f} "
+            f"| {r['predicted_goodput_rps']:.2f} | {r['goodput_error']:+.0%} "
+            f"| {r['measured_ttft_p95_s']:.2f} | {r['predicted_ttft_p95_s']:.2f} |"
+        )
+    within = sum(abs(r["goodput_error"]) <= TOLERANCE for r in rows)
+    lines += [
+        "",
+        f"Goodput within {TOLERANCE:.0%} of the measured value: {within} of {len(rows)} rows.",
+        "",
+        "| workload | load | measured order | predicted order | same |",
+        "|---|---|---|---|---|",
+    ]
+    for r in ranks:
+        lines.append(
+            f"| {r['workload']} | {r['load']:g}× | {', '.join(r['measured'])} | {', '.join(r['predicted'])} "
+            f"| {'yes' if r['same'] else '**no**'} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    for workload, marker in zip(SIMULATED, "osD", strict=True):
+        mine = [r for r in rows if r["workload"] == workload]
+        for axis, key in zip(axes, ("goodput_rps", "ttft_p95_s"), strict=True):
+            axis.scatter(
+                [r[f"measured_{key}"] for r in mine],
+                [r[f"predicted_{key}"] for r in mine],
+                marker=marker,
+                label=workload,
+            )
+    for axis, title in zip(axes, ("goodput (req/s)", "TTFT p95 (s)"), strict=True):
+        top = max(max(axis.get_xlim()), max(axis.get_ylim()))
+        axis.plot([0, top], [0, top], color="grey", linewidth=1)
+        if title.startswith("goodput"):
+            axis.fill_between(
+                [0, top], [0, top * (1 - TOLERANCE)], [0, top * (1 + TOLERANCE)], color="grey", alpha=0.15
+            )
+        axis.set_xlabel(f"measured {title}")
+        axis.set_ylabel(f"simulated {title}")
+        axis.legend()
+    figure.suptitle("Step simulator against the live server (bench_policies rows)")
+    save_figure(figure, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policies", type=Path, default=ROOT / "results" / "bench_policies.json")
+    parser.add_argument("--fit-steps", type=int, default=64, help="tokens each row of a fitting batch asks")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_predict.json")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bench_predict.png")
+    parser.add_argument("--markdown", type=Path, help="also write the tables here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    policies = json.loads(args.policies.read_text())
+    costs, kv_tokens_per_gb, points = fit_costs(args.fit_steps)
+    logger.info("step costs: %s", costs)
+    rows = predict_rows(policies, costs, kv_tokens_per_gb)
+    ranks = rankings(rows)
+    text = table(rows, ranks)
+    print(text)
+    plot(rows, args.plot)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "costs": dataclasses.asdict(costs),
+                "kv_tokens_per_gb": kv_tokens_per_gb,
+                "fit": points,
+                "rows": rows,
+                "rankings": ranks,
+            },
+            indent=2,
+            default=list,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
