@@ -96,7 +96,8 @@ class AdmissionConfig:
     prefix_affinity_rows: int = 2  # how much busier a prefix's holder may be and still get it; -1: off
     flush_s: float = 0.5  # multibin: how long a bin's oldest prompt waits for a full batch
     # a prompt's last token is due within finish_base_s + its tokens x finish_per_token_s
-    # (None: ttft_sla_s and tpot_sla_s); b_SLA holds the per-token pace to tpot_sla_s
+    # (None: ttft_sla_s and tpot_sla_s); b_SLA holds the per-token pace to the tighter of
+    # tpot_sla_s and finish_per_token_s
     finish_base_s: float | None = None
     finish_per_token_s: float | None = None
 
@@ -119,6 +120,14 @@ class AdmissionConfig:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value <= 0):
                 raise PolicyConfigError(f"{name} must be a finite number > 0 or None, got {value!r}")
+
+    @property
+    def pace_s(self) -> float:
+        """Seconds a token b_SLA holds each instance to: the per-token SLA, or the finish
+        budget's allowance per token where that is tighter (a long row running slower
+        than its allowance misses its end however soon it started)."""
+        allowance = self.tpot_sla_s if self.finish_per_token_s is None else self.finish_per_token_s
+        return min(self.tpot_sla_s, allowance)
 
     def finish_budget_s(self, predicted_tokens: float) -> float:
         """Seconds from arrival a prompt of this predicted length has to its last token."""
@@ -287,7 +296,8 @@ class AdmissionPolicy:
         sla = None
         if self.config.sla_aware:
             b_max = min(self.config.max_rows, load.max_rows)
-            sla = SlaBatchController(self.config.tpot_sla_s, 0.1 * self.config.tpot_sla_s, 2, 1, 1, b_max, 8)
+            pace = self.config.pace_s
+            sla = SlaBatchController(pace, 0.1 * pace, 2, 1, 1, b_max, 8)
         self._instances[name] = _Instance(load, sla)
 
     def remove_instance(self, name: str) -> list[Hashable]:

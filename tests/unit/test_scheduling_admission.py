@@ -448,7 +448,7 @@ def test_a_prompts_finish_budget_is_the_configured_sla_or_else_ttft_plus_tpot(tm
     env = {"SPECBATCH_SLA_FINISH_BASE_MS": "500", "SPECBATCH_SLA_FINISH_PER_TOKEN_MS": "10"}
     told = build_admission(ModelSettings(config, tmp_path, env=env)).config
     assert told.finish_budget_s(100) == pytest.approx(0.5 + 100 * 0.01)
-    assert told.tpot_sla_s == 0.1, "b_SLA's pace is sla_tpot_ms (unset: 100 ms), not the finish allowance"
+    assert (plain.pace_s, told.pace_s) == (0.05, 0.01), "b_SLA's pace: the tighter of the two"
 
 
 def test_shortest_first_ranks_by_predicted_length_and_a_starved_prompt_goes_first():

@@ -47,7 +47,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     `b_mem`, `b_sla` and `deadline_shedding` (on by default) switch one part off.
     A prompt's SLA: its first token within `sla_ttft_ms`, its last within
     `sla_finish_base_ms` + its tokens x `sla_finish_per_token_ms` (0: `sla_ttft_ms` and
-    `sla_tpot_ms`); b_SLA holds each instance's pace to `sla_tpot_ms` a token."""
+    `sla_tpot_ms`); b_SLA holds each instance's pace to the tighter of `sla_tpot_ms`
+    and `sla_finish_per_token_ms` a token."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
