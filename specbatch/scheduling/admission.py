@@ -193,8 +193,8 @@ class AdmissionPolicy:
             )
         if requests and self._late_behind_queue(requests):
             raise QueueFullError(
-                f"the server is overloaded: the {len(self._queued)} prompts queued ahead would "
-                "make this request miss its SLA; retry later"
+                f"the server is overloaded: the work queued ahead ({len(self._queued)} prompts "
+                "queued) would make this request miss its SLA; retry later"
             )
         for request in requests:
             self._bins.observe(request.predicted_tokens)
