@@ -316,6 +316,11 @@ def e2e_sla_s(arrival: TimedRequest, args: argparse.Namespace) -> float:
     return args.sla_base_s + args.sla_per_token_s * arrival.max_tokens
 
 
+def meets_sla(ttft_s: float, e2e_s: float, arrival: TimedRequest, args: argparse.Namespace) -> bool:
+    """First token within --sla-ttft-s, last within the arrival's end-to-end SLA."""
+    return ttft_s <= args.sla_ttft_s and e2e_s <= e2e_sla_s(arrival, args)
+
+
 def refusal_delays(arrivals: list[TimedRequest], records: list[dict]) -> list[float]:
     """Seconds from sending a refused request to its error. The error reply carries no
     request id here, so the k-th error is matched to the k-th request (in arrival order)
@@ -336,11 +341,7 @@ def summarise(
         return record["e2e_s"] / e2e_sla_s(arrivals[record["id"]], args)
 
     span = max([arrivals[-1].at_s] + [r["done_s"] for r in served])
-    met = [
-        r
-        for r in served
-        if r["ttft_s"] <= args.sla_ttft_s and r["e2e_s"] <= e2e_sla_s(arrivals[r["id"]], args)
-    ]
+    met = [r for r in served if meets_sla(r["ttft_s"], r["e2e_s"], arrivals[r["id"]], args)]
     refusals = refusal_delays(arrivals, records)
     return {
         "setup": setup.name,

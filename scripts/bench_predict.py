@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_policies import SETUPS, e2e_sla_s, server_env, workloads  # noqa: E402
+from bench_policies import SETUPS, meets_sla, server_env, workloads  # noqa: E402
 
 from specbatch.figures import save_figure  # noqa: E402
 from specbatch.routing.length import LengthPredictor  # noqa: E402
@@ -133,7 +133,8 @@ def fit_costs(steps: int) -> tuple[StepCosts, int, dict]:
         per_prefill_token_s=per_prompt_token,
         tokens_per_row_step=tuple(sorted(tokens.items())),
     )
-    kv_tokens_per_gb = engine.snapshot().blocks_total * engine.snapshot().block_size / budget_gb
+    load = engine.snapshot()
+    kv_tokens_per_gb = load.blocks_total * load.block_size / budget_gb
     return costs, int(kv_tokens_per_gb), {"decode": decode, "prefill": prefill, "tokens": tokens}
 
 
@@ -175,11 +176,7 @@ def measured_like(outcomes: list[SimOutcome], arrivals: list, args: argparse.Nam
     """The simulated run in bench_policies' terms: goodput over the same span, TTFT p95."""
     served = [o for o in outcomes if o.status == "served"]
     span = max([arrivals[-1].at_s] + [o.done_s for o in served])
-    met = [
-        o
-        for o in served
-        if o.ttft_s <= args.sla_ttft_s and o.e2e_s <= e2e_sla_s(arrivals[o.request.request_id], args)
-    ]
+    met = [o for o in served if meets_sla(o.ttft_s, o.e2e_s, arrivals[o.request.request_id], args)]
     return {
         "goodput_rps": len(met) / span,
         "ttft_p95_s": float(np.percentile([o.ttft_s for o in served], 95)) if served else float("nan"),
