@@ -11,11 +11,18 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
 
 - K = 0 is always an arm; its token count is exact (one per row), so only its time
   is corrected.
-- A speculative arm that has run little borrows what the arms tried in its bucket say
-  of it (their ratios on a line in K): when speculation costs more, or acceptance is
-  lower, than predicted, every K > 0 learns it from the first Ks tried.
+- Tokens are judged across the speculative arms, never one K alone: every K > 0 takes
+  the ratio on the line in K through all their evidence. Acceptance is a property of
+  the draft per token, which every K measures (the line keeps what a longer draft
+  loses further out); one step's tokens, a run of 1 to K + 1, vary by half their mean
+  at α = 0.9, so a K judged by its own few steps is locked out by one unlucky probe.
+- Seconds are judged per arm, since padding and pass shapes differ by K; an arm that
+  has run little borrows the line through the other speculative arms' ratios, so when
+  speculation costs more than predicted every K > 0 learns it from the first Ks tried.
 - Evidence is discounted (recent steps weigh most), so a changed cost or acceptance
-  is learnt again: an arm left alone falls back, slowly, to what the cost model
+  is learnt again: a plain step ages the plain arm, a speculative step every
+  speculative arm (near-tied Ks taking turns must forget a changed cost as fast as one
+  K would). An arm left alone falls back, slowly, to what the cost model
   (itself refitted on every pass) predicts, and its optimism bonus grows as its
   evidence fades (discounted UCB, Garivier and Moulines 2011), so a K is retried when
   its corrected goodput comes close to the best's. The bonus is divided by the K's
@@ -27,13 +34,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# Per step of a bucket, the arm that ran keeps DISCOUNT of its evidence (about 100 of
-# its own steps of memory) and the others IDLE_DISCOUNT (about 400 steps): a K left
-# alone fades back to the cost model's word slowly, so a K that lost is not retried
-# every few dozen steps, yet is retried in the end.
+# Per step of a bucket, the arms on the side that ran (plain, or speculative) keep
+# DISCOUNT of their evidence (about 100 steps of memory) and those on the other side
+# IDLE_DISCOUNT (about 400 steps): speculation switched off fades back to the cost
+# model's word slowly, so it is not retried every few dozen steps, yet is in the end.
 DISCOUNT = 0.99
 IDLE_DISCOUNT = 0.9975
-# Weight, in steps, of an arm's prior (what the other arms say, or 1 before any says).
+# Weight, in steps, of an arm's prior (what the other arms say, or 1 before any says),
+# and of the flat line towards which the speculative arms' line is shrunk.
 PRIOR_STEPS = 2.0
 # Ridge on the slope of the line through the arms' ratios, in steps x K²: the weight
 # of a flat line (eight steps one K away from the mean).
@@ -86,21 +94,19 @@ class _Bucket:
         return self.arms.setdefault(k, _Evidence())
 
     def corrections(self, k: int) -> tuple[float, float]:
-        """K's (tokens, seconds) realised per predicted."""
+        """K's (tokens, seconds) realised per predicted: tokens from every speculative
+        arm's line, seconds from K's own steps shrunk towards it."""
         arm = self.arms.get(k, _Evidence())
         if k == 0:
             return 1.0, _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, 1.0)
         speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
-        token_prior = _speculative_prior(
+        tokens = _speculative_prior(
             k, [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
         )
         time_prior = _speculative_prior(
             k, [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
         )
-        return (
-            _shrunk(arm.realised_tokens, arm.predicted_tokens, arm.steps, token_prior),
-            _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, time_prior),
-        )
+        return tokens, _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, time_prior)
 
 
 def _speculative_prior(k: int, points: list[tuple[int, float, float]]) -> float:
@@ -148,7 +154,7 @@ class RealisedGoodput:
             return
         bucket = self._buckets.setdefault(batch_bucket(rows), _Bucket())
         for arm, evidence in bucket.arms.items():
-            evidence.decay(DISCOUNT if arm == k else IDLE_DISCOUNT)
+            evidence.decay(DISCOUNT if (arm > 0) == (k > 0) else IDLE_DISCOUNT)
         bucket.arm(k).add(predicted, realised)
 
     def corrections(self, rows: int, k: int) -> tuple[float, float]:

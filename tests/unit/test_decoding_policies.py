@@ -188,6 +188,38 @@ def test_goodput_learns_again_when_the_cost_changes() -> None:
     assert _rate(cheap, alpha, back[400:]) >= 2 * _rate(cheap, alpha, [0])
 
 
+def _run_geometric(policy: GoodputLookahead, world: World, steps: int, alpha: float, seed: int) -> list[int]:
+    """Drive the policy on one row whose draft tokens are each accepted with
+    probability ``alpha`` (its estimate is right): a step commits a random run of 1 to
+    K + 1 tokens, as a real one does; the K of each step."""
+    rng = random.Random(seed)
+    row = BatchShape(alphas=[alpha], remaining=[1000], span=100)
+    chosen = []
+    for _ in range(steps):
+        k = policy.choose(row)
+        accepted = next((i for i in range(k) if rng.random() >= alpha), k)
+        seconds = world(k) * rng.uniform(0.95, 1.05)
+        policy.record(StepOutcome(k, row, k, accepted, accepted + 1, seconds))
+        chosen.append(k)
+    return chosen
+
+
+@pytest.mark.parametrize(
+    ("alpha", "world"),
+    [
+        (0.9, _world(plain=0.01, draft=0.0007, verify_per_token=0.0003)),  # best K = 8, 7 within 2 %
+        (0.7, _world(plain=0.01, draft=0.0015, verify_per_token=0.0015)),  # best K = 2
+        (0.5, _world(plain=0.01, draft=0.001, verify_per_token=0.001)),  # best K = 1, 2 a tie
+        (0.5, _world(plain=0.01, draft=0.003, verify_per_token=0.003)),  # best K = 0
+    ],
+)
+def test_goodput_finds_the_best_k_when_each_step_commits_a_random_run(alpha: float, world: World) -> None:
+    best = _rate(world, alpha, [_best_k(world, alpha)])
+    for seed in range(3):
+        chosen = _run_geometric(_optimistic_policy(), world, steps=1200, alpha=alpha, seed=seed)
+        assert _rate(world, alpha, chosen[300:]) >= 0.95 * best, "no K locked out by an unlucky probe"
+
+
 def test_catch_up_is_spread_over_the_tokens_it_lets_a_row_speculate() -> None:
     assert catch_up_share(0.3, committed=3, remaining=30) == pytest.approx(0.03)
     assert catch_up_share(0.3, committed=0, remaining=30) == 0.0
