@@ -186,23 +186,27 @@ class GoodputLookahead:
         verify_pass = self.target_costs.predict(fed, rows * verify_span, fed * verify_span)
         return committed, lookahead * draft_pass + verify_pass + overhead
 
-    def corrected(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
-        """(committed tokens, seconds) of one step with K = ``lookahead``: the cost
-        model's prediction corrected by what that K delivered at this batch size."""
-        tokens, seconds = self.predict(batch, lookahead)
-        token_factor, time_factor = self.realised.corrections(len(batch.alphas), lookahead)
-        return tokens * token_factor, seconds * time_factor
+    def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
+        """(committed tokens, seconds) of one step with each K of ``lookaheads``: the
+        cost model's prediction corrected by what that K delivered at this batch size."""
+        corrections = self.realised.corrections(len(batch.alphas), lookaheads)
+        return [
+            (tokens * token_factor, seconds * time_factor)
+            for (tokens, seconds), (token_factor, time_factor) in zip(
+                (self.predict(batch, k) for k in lookaheads), corrections, strict=True
+            )
+        ]
 
     def goodput(self, batch: BatchShape, lookahead: int) -> float:
         """Corrected committed tokens per second of one step with K = ``lookahead``."""
-        tokens, seconds = self.corrected(batch, lookahead)
+        [(tokens, seconds)] = self.corrected(batch, [lookahead])
         return tokens / seconds if seconds > 0 else float("inf")
 
     def choose(self, batch: BatchShape) -> int:
         if not batch.alphas:
             return 0
         rows = len(batch.alphas)
-        steps = [self.corrected(batch, k) for k in range(MAX_LOOKAHEAD + 1)]
+        steps = self.corrected(batch, range(MAX_LOOKAHEAD + 1))
         rates = [t / s if s > 0 else float("inf") for t, s in steps]
         plain_seconds = steps[0][1]
         scores = [

@@ -32,6 +32,7 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 # Per step of a bucket, the arms on the side that ran (plain, or speculative) keep
@@ -93,37 +94,43 @@ class _Bucket:
     def arm(self, k: int) -> _Evidence:
         return self.arms.setdefault(k, _Evidence())
 
-    def corrections(self, k: int) -> tuple[float, float]:
-        """K's (tokens, seconds) realised per predicted: tokens from every speculative
-        arm's line, seconds from K's own steps shrunk towards it."""
-        arm = self.arms.get(k, _Evidence())
-        if k == 0:
-            return 1.0, _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, 1.0)
+    def corrections(self, ks: Iterable[int]) -> list[tuple[float, float]]:
+        """Each K's (tokens, seconds) realised per predicted: tokens from every
+        speculative arm's line, seconds from K's own steps shrunk towards theirs. The
+        lines are fitted once for all the Ks asked of (the choice asks of nine a step)."""
         speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
-        tokens = _speculative_prior(
-            k, [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
+        tokens = _speculative_line(
+            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
         )
-        time_prior = _speculative_prior(
-            k, [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
+        seconds = _speculative_line(
+            [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
         )
-        return tokens, _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, time_prior)
+        found = []
+        for k in ks:
+            arm = self.arms.get(k, _Evidence())
+            prior = (1.0, 1.0) if k == 0 else (tokens(k), seconds(k))
+            found.append(
+                (prior[0], _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, prior[1]))
+            )
+        return found
 
 
-def _speculative_prior(k: int, points: list[tuple[int, float, float]]) -> float:
-    """What the speculative arms tried so far say of K = ``k``: their (K, steps, ratio)
+def _speculative_line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:
+    """What the speculative arms tried so far say of each K: their (K, steps, ratio)
     on a line in K (an acceptance or a per-token cost mispredicted errs more the
     longer K is), shrunk towards 1 by how much evidence there is."""
     if not points:
-        return 1.0
+        return lambda k: 1.0
     weight = sum(w for _, w, _ in points)
-    return (weight * _line_at(k, points) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
+    line = _line(points)
+    return lambda k: (weight * line(k) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
 
 
-def _line_at(k: int, points: list[tuple[int, float, float]]) -> float:
-    """The weighted least-squares line through (K, weight, ratio) points, at ``k``. Its
-    slope is shrunk towards 0 (ridge, SLOPE_PRIOR): an arm run once or twice must not
-    tilt what every other K is expected to deliver. Kept within the ratios seen, so a
-    line through two close Ks is not carried far past them."""
+def _line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:
+    """The weighted least-squares line through (K, weight, ratio) points. Its slope is
+    shrunk towards 0 (ridge, SLOPE_PRIOR): an arm run once or twice must not tilt what
+    every other K is expected to deliver. Kept within the ratios seen, so a line
+    through two close Ks is not carried far past them."""
     total = sum(w for _, w, _ in points)
     mean_k = sum(w * j for j, w, _ in points) / total
     mean_r = sum(w * r for _, w, r in points) / total
@@ -131,7 +138,7 @@ def _line_at(k: int, points: list[tuple[int, float, float]]) -> float:
     slope = sum(w * (j - mean_k) * (r - mean_r) for j, w, r in points) / spread
     low, high = min(r for *_, r in points), max(r for *_, r in points)
     reach = high - low
-    return min(high + reach, max(low - reach, mean_r + slope * (k - mean_k), 0.05 * low))
+    return lambda k: min(high + reach, max(low - reach, mean_r + slope * (k - mean_k), 0.05 * low))
 
 
 def batch_bucket(rows: int) -> int:
@@ -157,9 +164,9 @@ class RealisedGoodput:
             evidence.decay(DISCOUNT if (arm > 0) == (k > 0) else IDLE_DISCOUNT)
         bucket.arm(k).add(predicted, realised)
 
-    def corrections(self, rows: int, k: int) -> tuple[float, float]:
-        """A K's (tokens, seconds) realised per predicted at this batch size."""
-        return self._buckets.get(batch_bucket(rows), _Bucket()).corrections(k)
+    def corrections(self, rows: int, ks: Iterable[int]) -> list[tuple[float, float]]:
+        """Each K's (tokens, seconds) realised per predicted at this batch size."""
+        return self._buckets.get(batch_bucket(rows), _Bucket()).corrections(ks)
 
     def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
         """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
