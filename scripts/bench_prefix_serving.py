@@ -22,7 +22,10 @@ closed loop (``--concurrency`` conversations at a time):
 
 Per set-up and workload: first-token p50/p95 (for chat also per turn), output tokens/s,
 goodput (requests within the cpu config's TTFT and TPOT targets, per second), and the
-share of prompt tokens the instances found cached (their prefix hit and miss counters).
+share of prompt tokens the instances found cached (their prefix hit and miss counters),
+and the overload refusals (503) the clients retried: a refused request is sent again
+after the reply's Retry-After (else half a second), its first token timed from the
+first try.
 
     python scripts/bench_prefix_serving.py --quick --out results/bench_prefix_serving.json
 
@@ -50,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import openai  # noqa: E402
 from aiperf_bench import local_pipeline  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from soak import metric_sum  # noqa: E402
@@ -59,6 +63,11 @@ from specbatch.decoding.tokenizer_build import corpus  # noqa: E402
 from specbatch.figures import save_figure  # noqa: E402
 
 logger = logging.getLogger("bench_prefix_serving")
+
+# An overloaded server's 503 is retried after RETRY_S (or its Retry-After), at most
+# MAX_REFUSALS times for one request.
+RETRY_S = 0.5
+MAX_REFUSALS = 120
 
 SETUPS = {
     "reuse off": {"SPECBATCH_PREFIX_CACHING": "off"},
@@ -119,6 +128,22 @@ def chat_workload(text: Text, conversations: int, max_tokens: int, think_s: floa
     return chats
 
 
+async def create_retrying(client: AsyncOpenAI, **request) -> tuple[object, int]:
+    """The streamed completion, sent again after each overload refusal (503) as a client
+    told to retry later would: after the reply's Retry-After, else half a second. The
+    caller's clock runs from the first try, so a refusal costs the request its wait.
+    (stream, refusals before it was taken)."""
+    refusals = 0
+    while True:
+        try:
+            return await client.chat.completions.create(**request), refusals
+        except openai.APIStatusError as error:
+            if error.status_code != 503 or refusals >= MAX_REFUSALS:
+                raise
+            refusals += 1
+            await asyncio.sleep(float(error.response.headers.get("retry-after", RETRY_S)))
+
+
 async def converse(client: AsyncOpenAI, index: int, conversation: Conversation) -> list[dict]:
     """Every turn of one conversation, streamed: one record per turn."""
     history: list[dict] = [{"role": "system", "content": conversation.system}]
@@ -129,7 +154,8 @@ async def converse(client: AsyncOpenAI, index: int, conversation: Conversation) 
         history.append({"role": "user", "content": user})
         started = time.perf_counter()
         first, answer, usage = None, [], None
-        stream = await client.chat.completions.create(
+        stream, refusals = await create_retrying(
+            client,
             model="specbatch",
             messages=history,
             max_tokens=conversation.max_tokens,
@@ -152,6 +178,7 @@ async def converse(client: AsyncOpenAI, index: int, conversation: Conversation) 
                 "e2e_s": ended - started,
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
+                "refusals": refusals,
                 "answer": history[-1]["content"],
             }
         )
@@ -211,6 +238,7 @@ def summarise(records: list[dict], elapsed: float, hit: float, miss: float, sla:
         per_turn[turn] = statistics.median(r["ttft_s"] for r in records if r["turn"] == turn)
     return {
         "requests": len(records),
+        "refusals": sum(r["refusals"] for r in records),
         "ttft_p50_s": statistics.median(ttft),
         "ttft_p95_s": ttft[min(len(ttft) - 1, int(0.95 * len(ttft)))],
         "ttft_p50_by_turn_s": per_turn,
@@ -336,13 +364,14 @@ def print_tables(rows: list[dict], found: dict) -> None:
     print(
         "| workload | set-up | requests | first token p50 (s) | p95 (s) | tokens/s | goodput (req/s) ", end=""
     )
-    print("| hit rate |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| hit rate | refused (503, retried) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['workload']} | {r['setup']} | {r['requests']:.0f} | {r['ttft_p50_s']:.3f} "
             f"| {r['ttft_p95_s']:.3f} "
-            f"| {r['tokens_per_s']:.1f} | {r['goodput_per_s']:.2f} | {r['hit_rate']:.1%} |"
+            f"| {r['tokens_per_s']:.1f} | {r['goodput_per_s']:.2f} | {r['hit_rate']:.1%} "
+            f"| {r['refusals']:.0f} |"
         )
     print("\n| multi-turn chat, first token p50 (s) by turn | " + " | ".join(SETUPS) + " |")
     print("|---|" + "---|" * len(SETUPS))
