@@ -43,6 +43,32 @@ def chain_digest(parent: bytes, tokens: list[int]) -> bytes:
     return hashlib.blake2b(parent + array("q", tokens).tobytes(), digest_size=16).digest()
 
 
+def reachable_hits(served: list[tuple[list[int], list[int]]], block_size: int) -> list[int]:
+    """The prompt tokens each of ``served`` could find cached if one instance with an
+    endless pool had run them all, in order: the most any placement over any number of
+    instances can find, since a block is only ever found where it was computed.
+
+    ``served`` holds, per request in the order sent, its prompt's tokens and the tokens
+    its row left named (the prompt and its answer). A prompt finds the leading run of
+    its full blocks within its first ``len - 1`` tokens (the rule of
+    :meth:`PrefixCache.match`) that an earlier request named."""
+    named: set[bytes] = set()
+    hits = []
+    for prompt, left in served:
+        parent, found = ROOT_DIGEST, 0
+        for index in range((len(prompt) - 1) // block_size):
+            parent = chain_digest(parent, prompt[index * block_size : (index + 1) * block_size])
+            if parent not in named:
+                break
+            found += block_size
+        hits.append(found)
+        parent = ROOT_DIGEST
+        for index in range(len(left) // block_size):
+            parent = chain_digest(parent, left[index * block_size : (index + 1) * block_size])
+            named.add(parent)
+    return hits
+
+
 @dataclass(frozen=True)
 class PrefixHit:
     """What the cache holds of a row's leading tokens: the blocks it shares, and the

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError
-from specbatch.decoding.prefix_cache import ROOT_DIGEST, PrefixCache, chain_digest
+from specbatch.decoding.prefix_cache import ROOT_DIGEST, PrefixCache, chain_digest, reachable_hits
 from specbatch.decoding.requests import GenerationRequest
 from specbatch.decoding.rows import Row, RowHandle
 from specbatch.decoding.stopping import RowOutput
@@ -249,3 +249,36 @@ def test_switched_off_nothing_is_named_shared_or_kept() -> None:
     cache.release(second)
     assert cache.stats() == type(cache.stats())(hit_tokens=0, miss_tokens=26)
     assert cache.pool.num_evictable == 0 and cache.pool.num_free == 8
+
+
+# ---- the most any placement can find ---------------------------------------------------
+
+
+def test_reachable_hits_are_the_leading_blocks_an_earlier_request_left_named() -> None:
+    system = list(range(100, 110))  # 10 tokens: 2 full blocks of 4
+    turn_one = [*system, 1, 2]
+    answer = [3, 4, 5, 6]
+    turn_two = [*turn_one, *answer, 7, 8, 9]  # its history, the answer, a new user turn
+    other = [*system, 50, 51, 52, 53, 54]
+    served = [
+        (turn_one, turn_one + answer),
+        (turn_two, turn_two),
+        (other, other),
+        (list(range(200, 209)), list(range(200, 209))),
+    ]
+    # turn two finds turn one's blocks and the block the answer completed (16 of 19,
+    # the last token always computed); the other prompt only the system's first two
+    # blocks (its third differs); an unrelated prompt nothing; the first nothing
+    assert reachable_hits(served, SIZE) == [0, 16, 8, 0]
+
+
+def test_reachable_hits_match_a_cache_that_never_evicts() -> None:
+    cache = PrefixCache(BlockPool(64, SIZE))
+    prompts = [PROMPT, [*PROMPT, 1, 2, 3, 4], PROMPT[:9], [*PROMPT[:4], 99, *PROMPT[4:]], PROMPT]
+    found = []
+    for prompt in prompts:
+        row = admitted(cache, prompt)
+        found.append(row.target_cached)
+        computed(cache, row)
+        cache.release(row)
+    assert reachable_hits([(p, p[:-1]) for p in prompts], SIZE) == found == [0, 12, 8, 4, 12]
