@@ -350,16 +350,21 @@ class AdmissionPolicy:
         return started
 
     def _placement_order(self, now_s: float) -> list[str]:
-        """Instances by rows running, the next prompt's prefix holder first if it is within
-        ``prefix_affinity_rows`` of the least loaded."""
+        """Instances by rows running, a holder of the next prompt's prefix first if one is
+        within ``prefix_affinity_rows`` of the least loaded (of several, the least loaded,
+        then the one it went to last)."""
         names = sorted(self._instances, key=lambda n: self._instances[n].rows)
         if self.config.prefix_affinity_rows < 0 or len(names) < 2:
             return names
         head = self._ordered(now_s)[0]
-        holder = self._prefix_holders.holder(head.prefix_keys)
-        if holder in self._instances and (
-            self._instances[holder].rows <= self._instances[names[0]].rows + self.config.prefix_affinity_rows
-        ):
+        bound = self._instances[names[0]].rows + self.config.prefix_affinity_rows
+        holders = [
+            (self._instances[name].rows, -recency, name)
+            for recency, name in enumerate(self._prefix_holders.holders(head.prefix_keys))
+            if name in self._instances and self._instances[name].rows <= bound
+        ]
+        if holders:
+            holder = min(holders)[2]
             names.remove(holder)
             names.insert(0, holder)
         return names

@@ -32,33 +32,46 @@ def prefix_keys(text: str) -> tuple[int, ...]:
 
 
 class PrefixHolders:
-    """The instance each prefix key was last sent to; the least recently used key goes
-    first when more than ``capacity`` are on record."""
+    """The instances each prefix key was sent to, most recent last; the least recently
+    used key goes first when more than ``capacity`` are on record.
+
+    Every instance a prefix went to is kept, not only the last: a prompt that spilled to
+    another instance while the first was busy left its blocks on both, and the next one
+    may take whichever has room. Forgetting the first holder on a spill made a prefix
+    follow the spills from instance to instance, computed again at each move and cached
+    twice, which halves the prefixes the instances hold between them."""
 
     def __init__(self, capacity: int = REMEMBERED_PREFIXES) -> None:
-        self._holders: OrderedDict[int, str] = OrderedDict()
+        self._holders: OrderedDict[int, list[str]] = OrderedDict()
         self._capacity = capacity
 
     def __len__(self) -> int:
         return len(self._holders)
 
-    def holder(self, keys: tuple[int, ...]) -> str | None:
-        """The instance the longest of ``keys`` went to, or None."""
+    def holders(self, keys: tuple[int, ...]) -> tuple[str, ...]:
+        """The instances the longest of ``keys`` on record went to, most recent last."""
         for key in reversed(keys):
-            name = self._holders.get(key)
-            if name is not None:
-                return name
-        return None
+            names = self._holders.get(key)
+            if names:
+                return tuple(names)
+        return ()
 
     def sent(self, keys: tuple[int, ...], name: str) -> None:
         """A prompt with ``keys`` starts on instance ``name``."""
         for key in keys:
-            self._holders[key] = name
+            names = self._holders.setdefault(key, [])
+            if name in names:
+                names.remove(name)
+            names.append(name)
             self._holders.move_to_end(key)
         while len(self._holders) > self._capacity:
             self._holders.popitem(last=False)
 
     def forget(self, name: str) -> None:
         """An instance left (its cache with it)."""
-        for key in [key for key, holder in self._holders.items() if holder == name]:
-            del self._holders[key]
+        for key in list(self._holders):
+            names = self._holders[key]
+            if name in names:
+                names.remove(name)
+                if not names:
+                    del self._holders[key]

@@ -338,10 +338,35 @@ def test_the_record_of_prefixes_is_bounded_and_forgets_the_least_recent():
     holders = PrefixHolders(capacity=2)
     holders.sent((1, 2), "a")
     holders.sent((3,), "b")
-    assert len(holders) == 2 and holders.holder((1,)) is None, "the least recent key went"
-    assert holders.holder((2,)) == "a" and holders.holder((2, 3)) == "b", "the longest key on record decides"
+    assert len(holders) == 2 and holders.holders((1,)) == (), "the least recent key went"
+    assert holders.holders((2,)) == ("a",) and holders.holders((2, 3)) == ("b",), "the longest key decides"
     holders.forget("b")
-    assert holders.holder((3,)) is None and len(holders) == 1
+    assert holders.holders((3,)) == () and len(holders) == 1
+
+
+def test_every_instance_a_prefix_went_to_holds_it_most_recent_last():
+    holders = PrefixHolders()
+    holders.sent((1, 2), "a")
+    holders.sent((1, 2), "b")
+    assert holders.holders((1, 2)) == ("a", "b"), "a spill leaves the prefix on both"
+    holders.sent((1, 2), "a")
+    assert holders.holders((1, 2)) == ("b", "a")
+    holders.forget("a")
+    assert holders.holders((1, 2)) == ("b",)
+
+
+def test_a_prefix_on_two_instances_goes_to_the_one_with_room():
+    admission = policy(max_rows=8, prefix_affinity_rows=1)
+    admission.add_instance("b", ROOMY)
+    admission.add_instance("c", ROOMY)
+    for name, key, text in (("a", "first", "hi"), ("b", "spilled", "spill")):
+        admission.enqueue(turn(key, SYSTEM + text))
+        admission.admit(name, 0.0)
+    admission.enqueue(request("unrelated"))
+    admission.admit("b", 0.0)
+    # a and b hold the prefix, b most recently; a runs 1 row, b 2, c none (affinity 1)
+    admission.enqueue(turn("next", SYSTEM + "next", arrival=0.1))
+    assert started_ids(admission.admit_spread(0.1)) == {"a": ["next"]}, "the holder with room"
 
 
 def multibin(**overrides) -> AdmissionPolicy:
