@@ -24,10 +24,10 @@ admission decisions, taken per instance whenever it reports its state:
   static batch's cost that bins cut (a batch lasts as long as its longest member) does
   not arise; ``order="multibin"`` is where they decide.
 - **where**: an idle or lightly loaded instance takes the next prompt; among instances
-  within ``prefix_affinity_rows`` rows of the least loaded, the one the prompt's prefix
-  was last sent to goes first (its KV blocks are likely still cached there), so the
-  turns of a conversation and the requests sharing a system prompt skip their prefill.
-  A busier holder does not: load decides.
+  within ``prefix_affinity_rows`` rows of the least loaded, one the prompt's prefix was
+  sent to goes first (its KV blocks are likely still cached there; of several, the least
+  loaded), so the turns of a conversation and the requests sharing a system prompt skip
+  their prefill. A busier holder does not: load decides.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
   estimated capacity, counted in what prompts cost them (decoding shared by the rows
   they may run, prefill by the whole instance; see ``queue_bound``), never more than
