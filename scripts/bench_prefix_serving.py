@@ -1,11 +1,14 @@
 """Prefix reuse through the real server and its OpenAI front, on two instances.
 
-Three set-ups serve the same requests, one after another in each of ``--rounds``
+Four set-ups serve the same requests, one after another in each of ``--rounds``
 interleaved rounds, each on a server of its own (cpu config, embedded tiny pair):
 
 - ``reuse off``: SPECBATCH_PREFIX_CACHING=off;
 - ``least loaded``: reuse on, the scheduler placing by load alone (prefix_affinity_rows -1);
-- ``prefix aware``: reuse on, a prompt going where its prefix went (the default).
+- ``prefix aware``: reuse on, a prompt going where its prefix went when that instance
+  runs at most 2 rows more than the least loaded (the default, prefix_affinity_rows 2);
+- ``holder until full``: the same with no bound on the difference (prefix_affinity_rows
+  64): the holder gets the prompt whenever its own caps (b_mem, b_SLA) leave it a row.
 
 Two workloads, streamed through /v1/chat/completions with the openai client, greedy,
 closed loop (``--concurrency`` conversations at a time):
@@ -78,6 +81,7 @@ SETUPS = {
     "reuse off": {"SPECBATCH_PREFIX_CACHING": "off"},
     "least loaded": {"SPECBATCH_PREFIX_AFFINITY_ROWS": "-1"},
     "prefix aware": {},
+    "holder until full": {"SPECBATCH_PREFIX_AFFINITY_ROWS": "64"},
 }
 WORKLOADS = ("tenant_system_prompts", "multi_turn_chat")
 PREFIX_COUNTERS = ("specbatch_prefix_hit_tokens_total", "specbatch_prefix_miss_tokens_total")
@@ -360,16 +364,18 @@ def ratios(rows: list[dict]) -> dict:
         / get("prefix aware", chat)["ttft_p50_by_turn_s"][4],
     }
     for workload in WORKLOADS:
-        aware, loaded = get("prefix aware", workload), get("least loaded", workload)
-        result[f"{workload} hit rate prefix aware / least loaded"] = aware["hit_rate"] / max(
-            loaded["hit_rate"], 1e-9
-        )
+        loaded = get("least loaded", workload)
         result[f"{workload} most any placement could find / least loaded's hit rate"] = loaded[
             "reachable_hit_rate"
         ] / max(loaded["hit_rate"], 1e-9)
-        result[f"{workload} goodput prefix aware / least loaded"] = aware["goodput_per_s"] / max(
-            loaded["goodput_per_s"], 1e-9
-        )
+        for placement in ("prefix aware", "holder until full"):
+            aware = get(placement, workload)
+            result[f"{workload} hit rate {placement} / least loaded"] = aware["hit_rate"] / max(
+                loaded["hit_rate"], 1e-9
+            )
+            result[f"{workload} goodput {placement} / least loaded"] = aware["goodput_per_s"] / max(
+                loaded["goodput_per_s"], 1e-9
+            )
     return result
 
 
@@ -390,13 +396,15 @@ def plot(rows: list[dict], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for offset, setup in zip((-0.27, 0, 0.27), SETUPS, strict=True):
+    width = 0.8 / len(SETUPS)
+    for index, setup in enumerate(SETUPS):
+        offset = (index - (len(SETUPS) - 1) / 2) * width
         mine = [next(r for r in rows if (r["setup"], r["workload"]) == (setup, w)) for w in WORKLOADS]
         axes[0].bar(
-            [i + offset for i in range(len(WORKLOADS))], [r["hit_rate"] for r in mine], 0.27, label=setup
+            [i + offset for i in range(len(WORKLOADS))], [r["hit_rate"] for r in mine], width, label=setup
         )
         axes[1].bar(
-            [i + offset for i in range(len(WORKLOADS))], [r["ttft_p50_s"] for r in mine], 0.27, label=setup
+            [i + offset for i in range(len(WORKLOADS))], [r["ttft_p50_s"] for r in mine], width, label=setup
         )
         if setup == "least loaded":
             axes[0].scatter(
