@@ -72,9 +72,9 @@ from specbatch.serving.target_text import TargetText  # noqa: E402
 
 logger = logging.getLogger("bench_prefix_serving")
 
-# An overloaded server's 503 is retried after RETRY_S (or its Retry-After), at most
+# An overloaded server's 503 is retried after REFUSAL_RETRY_S (or its Retry-After), at most
 # MAX_REFUSALS times for one request.
-RETRY_S = 0.5
+REFUSAL_RETRY_S = 0.5
 MAX_REFUSALS = 120
 
 SETUPS = {
@@ -156,7 +156,7 @@ async def create_retrying(client: AsyncOpenAI, **request) -> tuple[object, int]:
             if error.status_code != 503 or refusals >= MAX_REFUSALS:
                 raise
             refusals += 1
-            await asyncio.sleep(float(error.response.headers.get("retry-after", RETRY_S)))
+            await asyncio.sleep(float(error.response.headers.get("retry-after", REFUSAL_RETRY_S)))
 
 
 async def converse(client: AsyncOpenAI, index: int, conversation: Conversation) -> list[dict]:
