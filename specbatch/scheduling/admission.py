@@ -25,8 +25,8 @@ admission decisions, taken per instance whenever it reports its state:
   not arise; ``order="multibin"`` is where they decide.
 - **where**: an idle or lightly loaded instance takes the next prompt; among instances
   within ``prefix_affinity_rows`` rows of the least loaded, one the prompt's prefix was
-  sent to goes first (its KV blocks are likely still cached there; of several, the least
-  loaded), so the turns of a conversation and the requests sharing a system prompt skip
+  sent to goes first (its KV blocks are likely still cached there; of several, the one
+  it went to last), so the turns of a conversation and the requests sharing a system prompt skip
   their prefill. A busier holder does not: load decides.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
   estimated capacity, counted in what prompts cost them (decoding shared by the rows
@@ -351,22 +351,23 @@ class AdmissionPolicy:
 
     def _placement_order(self, now_s: float) -> list[str]:
         """Instances by rows running, a holder of the next prompt's prefix first if one is
-        within ``prefix_affinity_rows`` of the least loaded (of several, the least loaded,
-        then the one it went to last)."""
+        within ``prefix_affinity_rows`` of the least loaded: of several, the one the prefix
+        went to last, so one copy stays in use and the others can age out of their caches
+        (using every copy in turn keeps each prefix cached everywhere, and the instances
+        then hold half as many prefixes between them)."""
         names = sorted(self._instances, key=lambda n: self._instances[n].rows)
         if self.config.prefix_affinity_rows < 0 or len(names) < 2:
             return names
         head = self._ordered(now_s)[0]
         bound = self._instances[names[0]].rows + self.config.prefix_affinity_rows
         holders = [
-            (self._instances[name].rows, -recency, name)
-            for recency, name in enumerate(self._prefix_holders.holders(head.prefix_keys))
+            name
+            for name in self._prefix_holders.holders(head.prefix_keys)
             if name in self._instances and self._instances[name].rows <= bound
         ]
         if holders:
-            holder = min(holders)[2]
-            names.remove(holder)
-            names.insert(0, holder)
+            names.remove(holders[-1])
+            names.insert(0, holders[-1])
         return names
 
     def admit(self, name: str, now_s: float, limit: int | None = None) -> list[QueuedRequest]:

@@ -36,10 +36,9 @@ class PrefixHolders:
     used key goes first when more than ``capacity`` are on record.
 
     Every instance a prefix went to is kept, not only the last: a prompt that spilled to
-    another instance while the first was busy left its blocks on both, and the next one
-    may take whichever has room. Forgetting the first holder on a spill made a prefix
-    follow the spills from instance to instance, computed again at each move and cached
-    twice, which halves the prefixes the instances hold between them."""
+    another instance while the first was busy left its blocks on both, and when the last
+    holder is busy too, an earlier one may still have them, which beats an instance that
+    never computed them."""
 
     def __init__(self, capacity: int = REMEMBERED_PREFIXES) -> None:
         self._holders: OrderedDict[int, list[str]] = OrderedDict()

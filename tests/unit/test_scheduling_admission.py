@@ -355,8 +355,8 @@ def test_every_instance_a_prefix_went_to_holds_it_most_recent_last():
     assert holders.holders((1, 2)) == ("b",)
 
 
-def test_a_prefix_on_two_instances_goes_to_the_one_with_room():
-    admission = policy(max_rows=8, prefix_affinity_rows=1)
+def test_a_prefix_on_two_instances_goes_to_the_last_holder_then_an_earlier_one():
+    admission = policy(max_rows=8, prefix_affinity_rows=2)
     admission.add_instance("b", ROOMY)
     admission.add_instance("c", ROOMY)
     for name, key, text in (("a", "first", "hi"), ("b", "spilled", "spill")):
@@ -364,9 +364,12 @@ def test_a_prefix_on_two_instances_goes_to_the_one_with_room():
         admission.admit(name, 0.0)
     admission.enqueue(request("unrelated"))
     admission.admit("b", 0.0)
-    # a and b hold the prefix, b most recently; a runs 1 row, b 2, c none (affinity 1)
+    # a and b hold the prefix, b most recently; a runs 1 row, b 2, c none (affinity 2)
     admission.enqueue(turn("next", SYSTEM + "next", arrival=0.1))
-    assert started_ids(admission.admit_spread(0.1)) == {"a": ["next"]}, "the holder with room"
+    assert started_ids(admission.admit_spread(0.1)) == {"b": ["next"]}, "the last holder, so a's copy ages"
+    # b runs 3 rows now, past the affinity: the earlier holder, not the idle c
+    admission.enqueue(turn("again", SYSTEM + "again", arrival=0.2))
+    assert started_ids(admission.admit_spread(0.2)) == {"a": ["again"]}
 
 
 def multibin(**overrides) -> AdmissionPolicy:
