@@ -421,7 +421,8 @@ def plot(rows: list[dict], path: Path) -> Path:
     for axis, title in zip(axes[:2], ("prompt tokens found cached", "first token p50 (s)"), strict=True):
         axis.set_xticks(range(len(WORKLOADS)), ["tenant system prompts", "multi-turn chat"])
         axis.set_title(title)
-        axis.legend(fontsize=8)
+        axis.legend(fontsize=7, loc="upper right", ncol=2)
+    axes[0].set_ylim(0, 1.2)
     axes[2].set_xlabel("turn")
     axes[2].set_title("multi-turn chat: first token p50 (s) per turn")
     axes[2].legend(fontsize=8)
