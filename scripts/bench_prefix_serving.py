@@ -44,7 +44,6 @@ import logging
 import os
 import platform
 import random
-import re
 import statistics
 import sys
 import tempfile
@@ -59,6 +58,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import openai  # noqa: E402
 from aiperf_bench import local_pipeline  # noqa: E402
+from bench_production_shapes import config_parameter  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from soak import metric_sum  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
@@ -86,10 +86,7 @@ SETUPS = {
 WORKLOADS = ("tenant_system_prompts", "multi_turn_chat")
 PREFIX_COUNTERS = ("specbatch_prefix_hit_tokens_total", "specbatch_prefix_miss_tokens_total")
 KV_BLOCK_SIZE = int(
-    re.search(
-        r'key: "kv_block_size" value: \{ string_value: "(\d+)" \}',
-        (ROOT / "model_repository/qwen3_specdec/configs/cpu.pbtxt").read_text(),
-    ).group(1)
+    config_parameter(ROOT / "model_repository/qwen3_specdec/configs/cpu.pbtxt", "kv_block_size")
 )
 
 
@@ -248,9 +245,9 @@ class ServedTokens:
     """The tokens the server runs for a chat request, rendered by the server's own code
     (the scheduler's prompt preparation and chat template)."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, tokenizer: AutoTokenizer) -> None:
         self.text = TargetText.load(str(model_dir))
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = tokenizer
 
     def prompt(self, messages: list[dict]) -> list[int]:
         chat = ChatFormat(history=tuple((m["role"], m["content"]) for m in messages[:-1]))
@@ -476,7 +473,7 @@ def main() -> None:
         logging.getLogger(transport).setLevel(logging.WARNING)
     rounds = args.rounds or (1 if args.quick else 3)
     text = Text(ROOT / ".models/tiny/target", seed=11)
-    tokens = ServedTokens(ROOT / ".models/tiny/target")
+    tokens = ServedTokens(ROOT / ".models/tiny/target", text.tokenizer)
     workloads = {
         "tenant_system_prompts": tenant_workload(
             text, args.requests or (48 if args.quick else 96), args.tenants, args.max_tokens

@@ -26,8 +26,8 @@ admission decisions, taken per instance whenever it reports its state:
 - **where**: an idle or lightly loaded instance takes the next prompt; among instances
   within ``prefix_affinity_rows`` rows of the least loaded, one the prompt's prefix was
   sent to goes first (its KV blocks are likely still cached there; of several, the one
-  it went to last), so the turns of a conversation and the requests sharing a system prompt skip
-  their prefill. A busier holder does not: load decides.
+  it went to last), so the turns of a conversation and the requests sharing a system
+  prompt skip their prefill. A busier holder does not: load decides.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
   estimated capacity, counted in what prompts cost them (decoding shared by the rows
   they may run, prefill by the whole instance; see ``queue_bound``), never more than
