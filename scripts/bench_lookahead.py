@@ -192,12 +192,10 @@ def _rates(rows: list[dict], pair: str, concurrency: int, policy: str) -> list[f
 def _held_out_best(rows: list[dict], pair: str, concurrency: int, left_out: int) -> str:
     """The fixed K or rule with the highest median over every round but ``left_out``:
     the setting a user who measured those rounds would deploy."""
-    rounds = sorted({r["round"] for r in rows if (r["pair"], r["concurrency"]) == (pair, concurrency)})
-    kept = [i for i, _ in enumerate(rounds) if i != left_out]
 
     def median_kept(policy: str) -> float:
         rates = _rates(rows, pair, concurrency, policy)
-        return statistics.median(rates[i] for i in kept)
+        return statistics.median(rate for i, rate in enumerate(rates) if i != left_out)
 
     return max((*FIXED, "adaptive_rule"), key=median_kept)
 
@@ -377,6 +375,8 @@ def main() -> None:
     args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(PAIRS))
     args.concurrency = args.concurrency or ([1, 32] if args.quick else [1, 4, 16, 32])
     args.rounds = args.rounds or (2 if args.quick else 3)
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2: each round's best is judged on the others")
     args.warm = args.warm if args.warm is not None else 0.4
     args.window = args.window if args.window is not None else (1.0 if args.quick else 4.0)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
