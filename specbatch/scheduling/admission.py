@@ -8,14 +8,8 @@ admission decisions, taken per instance whenever it reports its state:
   grow into (their predicted totals minus what they hold), less a CLT margin on the
   error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
-  token against the pace its rows can afford: each row, from the moment it started, has
-  its finish budget (``finish_base_s`` plus its tokens at ``finish_per_token_s``, or its
-  client's deadline) for its predicted tokens, and the instance is held to the tightest
-  such pace among the rows it runs, never tighter than the SLA's per-token allowance (the
-  tighter of ``tpot_sla_s`` and ``finish_per_token_s``) nor looser than ``tpot_sla_s``.
-  Short rows carry the base of their budget over few tokens, so an instance running only
-  short rows may run more of them at a slower pace and every row still ends in time
-  (``pace_from_slack=False``: always the allowance).
+  token against the per-token pace the SLA needs (the tighter of ``tpot_sla_s`` and
+  ``finish_per_token_s``).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
   ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus
@@ -107,7 +101,6 @@ class AdmissionConfig:
     # tpot_sla_s and finish_per_token_s
     finish_base_s: float | None = None
     finish_per_token_s: float | None = None
-    pace_from_slack: bool = True  # b_SLA's pace: what the running rows can afford (else the allowance)
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -149,7 +142,6 @@ class _Instance:
     load: InstanceLoad
     sla: SlaBatchController | None
     reserved: dict[Hashable, float] = field(default_factory=dict)  # active key -> input + predicted
-    affordable: dict[Hashable, float] = field(default_factory=dict)  # active key -> its seconds a token
 
     @property
     def rows(self) -> int:
@@ -320,8 +312,6 @@ class AdmissionPolicy:
         instance = self._instance(name)
         instance.load = load
         if instance.sla is not None and load.running > 0 and load.seconds_per_token > 0:
-            pace = self._pace_s(instance)
-            instance.sla.retarget(pace, 0.1 * pace)
             instance.sla.update(load.seconds_per_token, load.running)
 
     def finished(self, name: str, request: QueuedRequest, output_tokens: int) -> None:
@@ -329,7 +319,6 @@ class AdmissionPolicy:
         instance = self._instances.get(name)
         if instance is not None:
             instance.reserved.pop(request.request_id, None)
-            instance.affordable.pop(request.request_id, None)
         if output_tokens > 0:
             self._prediction_error.add(output_tokens - request.predicted_tokens)
 
@@ -397,7 +386,6 @@ class AdmissionPolicy:
         for request in chosen:
             del self._queued[request.request_id]
             instance.reserved[request.request_id] = self._need(request)
-            instance.affordable[request.request_id] = self._affordable_pace_s(request, now_s)
             self._prefix_holders.sent(request.prefix_keys, name)
         return chosen
 
@@ -450,22 +438,6 @@ class AdmissionPolicy:
         if instance.sla is not None:
             cap = min(cap, max(instance.sla.b_sla, 1))
         return cap
-
-    def _pace_s(self, instance: _Instance) -> float:
-        """Seconds a token b_SLA holds the instance to now: the tightest pace its rows can
-        afford, within [the SLA's allowance, ``tpot_sla_s``]."""
-        cfg = self.config
-        if not cfg.pace_from_slack or not instance.affordable:
-            return cfg.pace_s
-        return min(cfg.tpot_sla_s, max(cfg.pace_s, min(instance.affordable.values())))
-
-    def _affordable_pace_s(self, request: QueuedRequest, start_s: float) -> float:
-        """Seconds a token a prompt started at ``start_s`` can run at and still end within
-        its finish budget (and its client's deadline), after its prefill."""
-        end_s = self.config.finish_budget_s(request.predicted_tokens) + request.arrival_s
-        if request.deadline_s is not None:
-            end_s = min(end_s, request.deadline_s)
-        return (end_s - start_s - self._prefill_s(request)) / max(request.predicted_tokens, 1.0)
 
     def _need(self, request: QueuedRequest) -> float:
         """KV tokens a row will hold at its end (by prediction), or only its prompt for fcfs."""

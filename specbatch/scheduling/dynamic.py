@@ -64,17 +64,6 @@ class SlaBatchController:
         self.b_sla = self._midpoint()
 
     @property
-    def target_s(self) -> float:
-        """D_SLA: the seconds per token the search holds the worker to."""
-        return self._target
-
-    def retarget(self, d_sla_s: float, eps_d_s: float) -> None:
-        """Hold the worker to a new pace from the next measurement on (the interval found so
-        far stays: it moves towards the new pace as measurements arrive)."""
-        self._target = d_sla_s
-        self._tolerance = eps_d_s
-
-    @property
     def moving_latency_s(self) -> float | None:
         """D̄: mean of the last ``window`` measurements, None before the first."""
         return sum(self._latencies) / len(self._latencies) if self._latencies else None

@@ -195,50 +195,6 @@ def test_b_sla_shrinks_the_rows_an_instance_may_run_when_tokens_come_too_slowly(
     assert after == b_sla < 16
 
 
-def b_sla_after(rows, seconds_per_token, start_s=0.0, **overrides) -> tuple[int, AdmissionPolicy]:
-    """b_SLA after six reports at ``seconds_per_token`` from an instance running ``rows``
-    (predicted lengths, all arrived at 0 and started at ``start_s``); SLA 0.5 s + 10 ms a token."""
-    config = {"sla_aware": True, "max_rows": 32, "finish_base_s": 0.5, "finish_per_token_s": 0.01}
-    admission = policy(**config | overrides)
-    for index, predicted in enumerate(rows):
-        admission.enqueue(request(index, predicted=predicted))
-    assert len(admission.admit("a", start_s)) == len(rows)
-    load = InstanceLoad(
-        running=len(rows), blocks_total=1000, blocks_free=900, seconds_per_token=seconds_per_token
-    )
-    for _ in range(6):
-        admission.report("a", load)
-    return admission.capacity("a")[1], admission
-
-
-def test_b_sla_lets_an_instance_of_short_rows_run_at_the_pace_their_budgets_afford():
-    # ten tokens with 0.5 s + 0.1 s to end them: 60 ms a token is affordable, 30 ms is fast
-    grown, _ = b_sla_after([10] * 8, 0.03)
-    fixed, _ = b_sla_after([10] * 8, 0.03, pace_from_slack=False)
-    assert grown >= 8 > fixed, "held to 10 ms a token, 30 ms is too slow"
-
-
-def test_b_sla_holds_an_instance_to_the_pace_of_its_tightest_row_and_lets_go_when_it_leaves():
-    # a 200-token row affords (0.5 s + 2 s) / 200 = 12.5 ms a token: 30 ms is too slow
-    shrunk, admission = b_sla_after([200] + [10] * 7, 0.03)
-    assert shrunk < 8
-    admission.finished("a", request(0, predicted=200), 200)
-    for _ in range(6):
-        admission.report(
-            "a", InstanceLoad(running=7, blocks_total=1000, blocks_free=900, seconds_per_token=0.03)
-        )
-    assert admission.capacity("a")[1] >= 7 > shrunk
-
-
-def test_b_sla_is_never_tighter_than_the_allowance_nor_looser_than_the_per_token_sla():
-    # started after their budgets had passed: the rows afford nothing, the allowance holds
-    late, _ = b_sla_after([10] * 8, 0.0105, start_s=5.0)
-    fixed, _ = b_sla_after([10] * 8, 0.0105, pace_from_slack=False)
-    assert late == fixed == 8, "10.5 ms is within the tolerance of 10 ms: b_SLA settles at 8"
-    capped, _ = b_sla_after([10] * 8, 0.03, tpot_sla_s=0.02)
-    assert capped < 8, "a 20 ms per-token SLA caps the 60 ms the budgets would afford"
-
-
 def test_an_instance_that_is_removed_hands_back_the_keys_it_was_running():
     admission = policy()
     admission.enqueue(request("x"))
