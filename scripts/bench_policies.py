@@ -392,18 +392,26 @@ ENGINE_METRICS = (
     "specbatch_preemptions",
     "specbatch_prefix_hit_tokens_total",
     "specbatch_prefix_miss_tokens_total",
+    "specbatch_step_seconds_total",
+    "specbatch_lookahead_steps_total",  # summed over K: decode steps
+    "specbatch_row_step_tokens_total",  # summed over tokens: row-steps
 )
+ROW_TOKENS = "row_tokens"  # tokens committed by rows: the row-step histogram weighted by its label
 
 
 def engine_metrics(url: str) -> dict[str, float]:
     """The scheduler's per-instance engine figures, summed over instances."""
     with urllib.request.urlopen(url, timeout=5) as reply:
         text = reply.read().decode()
-    totals = dict.fromkeys(ENGINE_METRICS, 0.0)
+    totals = dict.fromkeys((*ENGINE_METRICS, ROW_TOKENS), 0.0)
     for line in text.splitlines():
         name = re.split(r"[{ ]", line, maxsplit=1)[0]
         if name in totals:
-            totals[name] += float(line.rsplit(" ", 1)[1])
+            value = float(line.rsplit(" ", 1)[1])
+            totals[name] += value
+            tokens = re.search(r'tokens="(\d+)"', line)
+            if name == "specbatch_row_step_tokens_total" and tokens:
+                totals[ROW_TOKENS] += int(tokens.group(1)) * value
     return totals
 
 
@@ -483,8 +491,15 @@ class Session:
         if before is not None:
             time.sleep(1.5)  # the gauges are published at most every half second
             after = engine_metrics(self.process.metrics_url)
-            delta = {k: after[k] - before[k] for k in ENGINE_METRICS}
+            delta = {k: after[k] - before[k] for k in after}
             row["preemptions"] = int(delta["specbatch_preemptions"])
+            # what the instances' steps cost in this run: the machine's speed under this load
+            row["engine"] = {
+                "step_seconds": delta["specbatch_step_seconds_total"],
+                "steps": int(delta["specbatch_lookahead_steps_total"]),
+                "row_steps": int(delta["specbatch_row_step_tokens_total"]),
+                "row_tokens": int(delta[ROW_TOKENS]),
+            }
             prefilled = (
                 delta["specbatch_prefix_hit_tokens_total"] + delta["specbatch_prefix_miss_tokens_total"]
             )

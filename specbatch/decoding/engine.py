@@ -152,6 +152,7 @@ class Engine:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._step_seconds = 0.0
+        self._step_seconds_total = 0.0
         self._seconds_per_token = 0.0
         self._preemptions = 0
         self._calibrated = False
@@ -392,6 +393,7 @@ class Engine:
             elapsed = time.perf_counter() - started
             per_row = sum(len(t) for t in committed.values()) / len(committed)
             self._step_seconds = _smooth(self._step_seconds, elapsed)
+            self._step_seconds_total += elapsed
             self._seconds_per_token = _smooth(self._seconds_per_token, elapsed / per_row)
 
     def _drop_cancelled_and_expired(self, cancels: set[int]) -> None:
@@ -649,6 +651,7 @@ class Engine:
             blocks_free=self.pool.num_free,
             block_size=self.pool.block_size,
             step_seconds=self._step_seconds,
+            step_seconds_total=self._step_seconds_total,
             seconds_per_token=self._seconds_per_token,
             lookahead=self.lookahead.k,
             lookahead_steps=_counts(self._lookahead_steps, MAX_LOOKAHEAD),

@@ -15,6 +15,10 @@ class InstanceLoad:
     blocks_free: int = 0
     block_size: int = 16
     step_seconds: float = 0.0
+    # seconds spent in steps that committed tokens, since the engine started: with the
+    # step and row-step counts below, what a step really cost over any span (a simulator
+    # calibrated on it runs at the machine's speed of that span)
+    step_seconds_total: float = 0.0
     seconds_per_token: float = 0.0
     lookahead: int = 0
     # decode steps so far per K (index = K, 0 = plain) and row-steps per tokens a row

@@ -21,6 +21,7 @@ ENGINE_TOTALS = (
     ("prefix_hit_tokens", "specbatch_prefix_hit_tokens_total", "Prompt tokens found in the prefix cache"),
     ("prefix_miss_tokens", "specbatch_prefix_miss_tokens_total", "Prompt tokens computed (not cached)"),
     ("evictions", "specbatch_kv_evictions_total", "Cached KV blocks evicted to make room"),
+    ("step_seconds_total", "specbatch_step_seconds_total", "Seconds spent in engine steps"),
 )
 
 
@@ -48,7 +49,7 @@ class SchedulerMetrics(SchedulerEvents):
         self._sla = sla
         self._last_gauge: dict[str, float] = {}
         self._pending: dict[str, tuple[InstanceLoad, int, int | None]] = {}
-        self._totals: dict[tuple[str, str], int] = {}  # (instance, field) -> total counted
+        self._totals: dict[tuple[str, str], float] = {}  # (instance, field) -> total counted
         self._kv_blocks: dict[str, tuple[int, int]] = {}  # instance -> (blocks in use, blocks)
         self._published_counts: dict[tuple[str, str], tuple[int, ...]] = {}
         declare_outcome_counters(self._m, sla)
@@ -262,7 +263,7 @@ class SchedulerMetrics(SchedulerEvents):
                 m.increment(name, text, count - before, instance=instance, **{label: str(value)})
             self._published_counts[(instance, field)] = counts
 
-    def _count_total(self, instance: str, field: str, name: str, text: str, total: int) -> None:
+    def _count_total(self, instance: str, field: str, name: str, text: str, total: float) -> None:
         """Add what an engine's total grew by since it was last counted (a total that went
         down is a new engine: all of it is new). An instance's first report exports the
         counter even at 0, so a dashboard's ratio of two counters has both from the start."""

@@ -178,6 +178,7 @@ def test_result_counters_and_kv_accounting(pair) -> None:
     assert load.running == load.waiting == 0 and load.held_tokens == 0
     assert load.max_rows == engine.max_rows
     assert load.step_seconds > 0 and load.seconds_per_token > 0
+    assert load.step_seconds_total > load.step_seconds, "every step's seconds are counted"
     assert load.prefill_seconds_per_token > 0, "the fitted prefill cost reaches the scheduler"
     peaks = engine.memory_peaks
     assert peaks.reserved_tokens >= peaks.held_tokens_at_peak > 0
