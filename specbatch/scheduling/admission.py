@@ -9,8 +9,7 @@ admission decisions, taken per instance whenever it reports its state:
   error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
   token against the per-token pace the SLA needs (the tighter of ``tpot_sla_s`` and
-  ``finish_per_token_s``); where even one row is slower than that pace, b_SLA lets go
-  (b_max) rather than shrink the instance to one row for nothing.
+  ``finish_per_token_s``).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
   ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus

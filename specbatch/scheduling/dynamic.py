@@ -12,12 +12,6 @@ fast enough and widens b_high upwards by α when the top of the interval was the
 inside the band the interval shrinks to ±δ around the tested size. b_SLA is the midpoint.
 The interval moves on the batch size actually run, so a lightly loaded server (small batches,
 low latency) does not wind b_SLA up to sizes it never measured.
-
-Algorithm 2 assumes a smaller batch brings the latency down to D_SLA. When even the smallest
-batch runs slower than D_SLA + ε_D (a machine slower than the SLA was written for), shrinking
-buys no row its pace and costs the throughput of every other: then the search lets go, b_SLA
-is b_max (memory, the queue's bound and the least-slack order still hold), until the pace is
-within reach again (a window of larger batches measured faster than the smallest was).
 """
 
 from __future__ import annotations
@@ -68,19 +62,6 @@ class SlaBatchController:
         self.b_low = b_min
         self.b_high = b_max
         self.b_sla = self._midpoint()
-        self._floor_s: float | None = None  # seconds per token at b_min, once measured there
-
-    @property
-    def floor_s(self) -> float | None:
-        """The fastest pace measured to be reachable: seconds per token at the smallest batch
-        (smoothed), lowered by any full window of larger batches that ran faster; None
-        before the search has run at the smallest batch."""
-        return self._floor_s
-
-    @property
-    def unreachable(self) -> bool:
-        """Whether the smallest batch was measured slower than the target allows."""
-        return self._floor_s is not None and self._floor_s > self._target + self._tolerance
 
     @property
     def moving_latency_s(self) -> float | None:
@@ -92,11 +73,6 @@ class SlaBatchController:
         self._latencies.append(seconds_per_token)
         latency = self.moving_latency_s
         tested = min(max(batch_size, self._b_min), self._b_max)
-        self._learn_floor(seconds_per_token, latency, tested)
-        if self.unreachable:
-            self.b_low, self.b_high = self._b_min, self._b_max  # searched afresh once reachable
-            self.b_sla = self._b_max
-            return self.b_sla
         if latency > self._target + self._tolerance:
             self.b_high = max(self._b_min, min(self.b_high, tested - 1))
             self.b_low = max(self._b_min, min(self.b_low, self.b_high) - self._alpha)
@@ -108,13 +84,6 @@ class SlaBatchController:
             self.b_high = min(self._b_max, tested + self._delta)
         self.b_sla = self._midpoint()
         return self.b_sla
-
-    def _learn_floor(self, seconds_per_token: float, latency: float, tested: int) -> None:
-        if tested == self._b_min:
-            previous = seconds_per_token if self._floor_s is None else self._floor_s
-            self._floor_s = 0.75 * previous + 0.25 * seconds_per_token
-        elif self._floor_s is not None and len(self._latencies) == self._latencies.maxlen:
-            self._floor_s = min(self._floor_s, latency)
 
     def _midpoint(self) -> int:
         return (self.b_low + self.b_high + 1) // 2

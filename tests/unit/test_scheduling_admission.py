@@ -195,20 +195,6 @@ def test_b_sla_shrinks_the_rows_an_instance_may_run_when_tokens_come_too_slowly(
     assert after == b_sla < 16
 
 
-def test_b_sla_lets_go_of_a_pace_that_no_batch_size_reaches():
-    # 30 ms a token at every batch size against a 10 ms allowance: shrinking cannot help
-    admission = policy(sla_aware=True, max_rows=32, finish_base_s=0.5, finish_per_token_s=0.01)
-    allowed = []
-    for _ in range(24):
-        rows = admission.capacity("a")[0]
-        allowed.append(rows)
-        admission.report(
-            "a", InstanceLoad(running=rows, blocks_total=1000, blocks_free=900, seconds_per_token=0.03)
-        )
-    assert 1 in allowed, "the search first tries smaller batches"
-    assert admission.capacity("a") == (32, 32)
-
-
 def test_an_instance_that_is_removed_hands_back_the_keys_it_was_running():
     admission = policy()
     admission.enqueue(request("x"))

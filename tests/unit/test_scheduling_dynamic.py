@@ -75,23 +75,10 @@ def _controller(**overrides: int) -> SlaBatchController:
 def test_sla_controller_shrinks_the_batch_on_high_latency() -> None:
     controller = _controller()
     sizes = [controller.b_sla]
-    while sizes[-1] > 1 and len(sizes) < 12:
-        sizes.append(controller.update(0.2, sizes[-1]))
-    assert all(b < a for a, b in itertools.pairwise(sizes))
-    assert sizes[-1] == 1
-
-
-def test_sla_controller_lets_go_when_even_the_smallest_batch_is_too_slow() -> None:
-    controller = _controller()
-    size = controller.b_sla
     for _ in range(12):
-        size = controller.update(0.2, size)
-    assert (size, controller.floor_s, controller.unreachable) == (64, 0.2, True)
-    assert controller.update(0.2, 64) == 64, "no smaller batch makes the pace: throughput decides"
-    # a faster machine: a full window of large batches inside the pace brings the search back
-    assert controller.update(0.01, 64) == 64
-    assert not controller.unreachable
-    assert controller.update(0.2, 64) < 64
+        sizes.append(controller.update(0.2, sizes[-1]))
+    assert all(b < a for a, b in itertools.pairwise(sizes) if a > 1)
+    assert sizes[-1] == 1
 
 
 def test_sla_controller_grows_the_batch_on_low_latency() -> None:
