@@ -323,13 +323,13 @@ def rankings(rows: list[dict]) -> list[dict]:
 
 def table(rows: list[dict], ranks: list[dict]) -> str:
     lines = [
-        "| workload | set-up | load | machine speed | goodput measured | predicted | error "
+        "| workload | set-up | load | step time / fit's | goodput measured | predicted | error "
         "| at the offline fit | error | TTFT p95 measured s | predicted s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         load = "2× (a)'s capacity" if r["phase"] == "overload" else f"{r['load']:g}×"
-        speed = "—" if r["speed"] is None else f"{r['speed']:.2f}× slower"
+        speed = "—" if r["speed"] is None else f"{r['speed']:.2f}×"
         lines.append(
             f"| {r['workload']} | {r['label']} | {load} | {speed} | {r['measured_goodput_rps']:.2f} "
             f"| {r['predicted_goodput_rps']:.2f} | {r['goodput_error']:+.0%} "
