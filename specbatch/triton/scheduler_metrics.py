@@ -21,7 +21,7 @@ ENGINE_TOTALS = (
     ("prefix_hit_tokens", "specbatch_prefix_hit_tokens_total", "Prompt tokens found in the prefix cache"),
     ("prefix_miss_tokens", "specbatch_prefix_miss_tokens_total", "Prompt tokens computed (not cached)"),
     ("evictions", "specbatch_kv_evictions_total", "Cached KV blocks evicted to make room"),
-    ("step_seconds_total", "specbatch_step_seconds_total", "Seconds spent in engine steps"),
+    ("step_seconds_total", "specbatch_step_seconds_total", "Seconds in engine steps that committed tokens"),
 )
 
 
