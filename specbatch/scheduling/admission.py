@@ -9,7 +9,18 @@ admission decisions, taken per instance whenever it reports its state:
   error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
   token against the per-token pace the SLA needs (the tighter of ``tpot_sla_s`` and
-  ``finish_per_token_s``).
+  ``finish_per_token_s``). Algorithm 2 assumes a smaller batch brings the pace within
+  reach; on a machine slower than the SLA was written for, even one row alone runs
+  slower (b_SLA's floor, measured at its smallest batch), the search would shrink every
+  instance to one row, and throughput would collapse without saving a row. So once the
+  floor is above the allowance, each instance is held instead to the tightest pace its
+  rows can afford and reach: a row, from the moment it started, has its finish budget
+  (``finish_base_s`` plus its tokens at ``finish_per_token_s``, or its client's
+  deadline) for its predicted tokens, and short rows carry the base of that budget over
+  few tokens; a row that cannot end in time even at the floor counts with the pace that
+  ends it within twice its budget, and one that cannot make even that counts with none
+  (``tpot_sla_s`` bounds the pace whatever the rows afford; ``pace_from_slack=False``:
+  always the allowance).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
   ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus
@@ -71,6 +82,7 @@ from specbatch.scheduling.requests import QueuedRequest
 
 ORDERS = ("least_slack", "multibin", "fcfs", "shortest_first")
 UNBINNED = ("fcfs", "shortest_first")  # one queue, no capacity-sized bound
+PACE_TOLERANCE = 0.1  # b_SLA's band around its pace (ε_D), as a share of the pace
 
 
 class QueueFullError(RuntimeError):
@@ -101,6 +113,8 @@ class AdmissionConfig:
     # tpot_sla_s and finish_per_token_s
     finish_base_s: float | None = None
     finish_per_token_s: float | None = None
+    # b_SLA's pace, once the allowance is out of reach: what the running rows can afford
+    pace_from_slack: bool = True
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -142,6 +156,8 @@ class _Instance:
     load: InstanceLoad
     sla: SlaBatchController | None
     reserved: dict[Hashable, float] = field(default_factory=dict)  # active key -> input + predicted
+    # active key -> the seconds a token it can run at and end within its budget, and twice it
+    affordable: dict[Hashable, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -298,7 +314,7 @@ class AdmissionPolicy:
         if self.config.sla_aware:
             b_max = min(self.config.max_rows, load.max_rows)
             pace = self.config.pace_s
-            sla = SlaBatchController(pace, 0.1 * pace, 2, 1, 1, b_max, 8)
+            sla = SlaBatchController(pace, PACE_TOLERANCE * pace, 2, 1, 1, b_max, 8)
         self._instances[name] = _Instance(load, sla)
 
     def remove_instance(self, name: str) -> list[Hashable]:
@@ -312,6 +328,8 @@ class AdmissionPolicy:
         instance = self._instance(name)
         instance.load = load
         if instance.sla is not None and load.running > 0 and load.seconds_per_token > 0:
+            pace = self._pace_s(instance)
+            instance.sla.retarget(pace, PACE_TOLERANCE * pace)
             instance.sla.update(load.seconds_per_token, load.running)
 
     def finished(self, name: str, request: QueuedRequest, output_tokens: int) -> None:
@@ -319,8 +337,13 @@ class AdmissionPolicy:
         instance = self._instances.get(name)
         if instance is not None:
             instance.reserved.pop(request.request_id, None)
+            instance.affordable.pop(request.request_id, None)
         if output_tokens > 0:
             self._prediction_error.add(output_tokens - request.predicted_tokens)
+
+    def instance_pace_s(self, name: str) -> float:
+        """Seconds a token b_SLA holds instance ``name`` to now — for metrics and tests."""
+        return self._pace_s(self._instance(name))
 
     def capacity(self, name: str) -> tuple[int, int | None]:
         """(rows the instance may run now, b_SLA or None) — for metrics and tests."""
@@ -386,6 +409,7 @@ class AdmissionPolicy:
         for request in chosen:
             del self._queued[request.request_id]
             instance.reserved[request.request_id] = self._need(request)
+            instance.affordable[request.request_id] = self._affordable_paces_s(request, now_s)
             self._prefix_holders.sent(request.prefix_keys, name)
         return chosen
 
@@ -438,6 +462,37 @@ class AdmissionPolicy:
         if instance.sla is not None:
             cap = min(cap, max(instance.sla.b_sla, 1))
         return cap
+
+    def _pace_s(self, instance: _Instance) -> float:
+        """Seconds a token b_SLA holds the instance to now: the SLA's per-token allowance
+        while the instance can reach it; once even its smallest batch was measured slower
+        (b_SLA's floor), the tightest pace its rows can afford and reach, within
+        ``tpot_sla_s`` (see the module's docstring)."""
+        cfg = self.config
+        floor = None if instance.sla is None else instance.sla.floor_s
+        if not cfg.pace_from_slack or not instance.affordable or floor is None:
+            return cfg.pace_s
+        if floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE):
+            return cfg.pace_s
+        reachable = [
+            next((pace for pace in paces if pace >= floor), None) for paces in instance.affordable.values()
+        ]
+        saved = [pace for pace in reachable if pace is not None]
+        return min(cfg.tpot_sla_s, *saved) if saved else cfg.tpot_sla_s
+
+    def _affordable_paces_s(self, request: QueuedRequest, start_s: float) -> tuple[float, float]:
+        """Seconds a token a prompt started at ``start_s`` can run at, after its prefill,
+        and still end within its finish budget, and within twice that budget (either
+        no later than its client's deadline)."""
+        budget_s = self.config.finish_budget_s(request.predicted_tokens)
+        tokens = max(request.predicted_tokens, 1.0)
+        paces = []
+        for budgets in (1.0, 2.0):
+            end_s = request.arrival_s + budgets * budget_s
+            if request.deadline_s is not None:
+                end_s = min(end_s, request.deadline_s)
+            paces.append((end_s - start_s - self._prefill_s(request)) / tokens)
+        return paces[0], paces[1]
 
     def _need(self, request: QueuedRequest) -> float:
         """KV tokens a row will hold at its end (by prediction), or only its prompt for fcfs."""

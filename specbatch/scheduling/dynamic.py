@@ -11,7 +11,9 @@ slow and widens b_low downwards by α; D̄ below D_SLA − ε_D lifts b_low to t
 fast enough and widens b_high upwards by α when the top of the interval was the size tested;
 inside the band the interval shrinks to ±δ around the tested size. b_SLA is the midpoint.
 The interval moves on the batch size actually run, so a lightly loaded server (small batches,
-low latency) does not wind b_SLA up to sizes it never measured.
+low latency) does not wind b_SLA up to sizes it never measured. The controller also keeps its
+floor: the fastest pace measured to be reachable (at the smallest batch, or any faster window),
+which tells its owner whether D_SLA is within reach at all (see ``retarget``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,25 @@ class SlaBatchController:
         self.b_low = b_min
         self.b_high = b_max
         self.b_sla = self._midpoint()
+        self._floor_s: float | None = None
+
+    @property
+    def target_s(self) -> float:
+        """D_SLA: the seconds per token the search holds the worker to."""
+        return self._target
+
+    def retarget(self, d_sla_s: float, eps_d_s: float) -> None:
+        """Hold the worker to a new pace from the next measurement on (the interval found so
+        far stays: it moves towards the new pace as measurements arrive)."""
+        self._target = d_sla_s
+        self._tolerance = eps_d_s
+
+    @property
+    def floor_s(self) -> float | None:
+        """The fastest pace measured to be reachable: seconds per token at the smallest
+        batch (smoothed), lowered by any full window of larger batches that ran faster;
+        None before the search has run at the smallest batch."""
+        return self._floor_s
 
     @property
     def moving_latency_s(self) -> float | None:
@@ -73,6 +94,7 @@ class SlaBatchController:
         self._latencies.append(seconds_per_token)
         latency = self.moving_latency_s
         tested = min(max(batch_size, self._b_min), self._b_max)
+        self._learn_floor(seconds_per_token, latency, tested)
         if latency > self._target + self._tolerance:
             self.b_high = max(self._b_min, min(self.b_high, tested - 1))
             self.b_low = max(self._b_min, min(self.b_low, self.b_high) - self._alpha)
@@ -84,6 +106,15 @@ class SlaBatchController:
             self.b_high = min(self._b_max, tested + self._delta)
         self.b_sla = self._midpoint()
         return self.b_sla
+
+    def _learn_floor(self, seconds_per_token: float, latency: float, tested: int) -> None:
+        if tested == self._b_min:
+            previous = self._floor_s
+            self._floor_s = (
+                seconds_per_token if previous is None else 0.75 * previous + 0.25 * seconds_per_token
+            )
+        elif self._floor_s is not None and len(self._latencies) == self._latencies.maxlen:
+            self._floor_s = min(self._floor_s, latency)
 
     def _midpoint(self) -> int:
         return (self.b_low + self.b_high + 1) // 2

@@ -115,3 +115,17 @@ def test_sla_controller_averages_over_its_window() -> None:
     controller.update(0.03, 10)
     controller.update(0.06, 10)
     assert controller.moving_latency_s == pytest.approx((0.02 + 0.03 + 0.06) / 3)
+
+
+def test_sla_controller_learns_its_floor_at_the_smallest_batch_and_from_faster_windows() -> None:
+    controller = _controller(window=2)
+    assert controller.floor_s is None, "nothing measured at the smallest batch yet"
+    controller.update(0.04, 16)
+    assert controller.floor_s is None
+    controller.update(0.02, 1)
+    assert controller.floor_s == pytest.approx(0.02)
+    controller.update(0.04, 1)
+    assert controller.floor_s == pytest.approx(0.75 * 0.02 + 0.25 * 0.04)
+    controller.update(0.01, 8)
+    controller.update(0.01, 8)
+    assert controller.floor_s == pytest.approx(0.01), "a full window at 8 rows ran faster"

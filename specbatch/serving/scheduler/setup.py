@@ -48,7 +48,9 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     A prompt's SLA: its first token within `sla_ttft_ms`, its last within
     `sla_finish_base_ms` + its tokens x `sla_finish_per_token_ms` (0: `sla_ttft_ms` and
     `sla_tpot_ms`); b_SLA holds each instance's pace to the tighter of `sla_tpot_ms`
-    and `sla_finish_per_token_ms` a token."""
+    and `sla_finish_per_token_ms` a token, and where one row alone runs slower than that,
+    to what its running rows can afford of their finish budgets (`slack_pace` off:
+    always the allowance)."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
@@ -66,6 +68,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             memory_aware=smart and settings.switch("b_mem", True),
             sla_aware=smart and settings.switch("b_sla", True),
             shed_deadlines=smart and settings.switch("deadline_shedding", True),
+            pace_from_slack=settings.switch("slack_pace", True),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
