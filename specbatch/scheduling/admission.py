@@ -342,7 +342,7 @@ class AdmissionPolicy:
             self._prediction_error.add(output_tokens - request.predicted_tokens)
 
     def instance_pace_s(self, name: str) -> float:
-        """Seconds a token b_SLA holds instance ``name`` to now — for metrics and tests."""
+        """Seconds a token b_SLA holds instance ``name`` to now (its metrics gauge)."""
         return self._pace_s(self._instance(name))
 
     def capacity(self, name: str) -> tuple[int, int | None]:

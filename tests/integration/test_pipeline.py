@@ -168,6 +168,7 @@ def test_metrics_endpoint_publishes_the_custom_families(server):
         "specbatch_queue_depth",
         "specbatch_running_rows",
         "specbatch_rows_allowed",
+        "specbatch_b_sla_pace_seconds",
         "specbatch_admitted_prompts_total",
         "specbatch_routed_prompts_total",
         "specbatch_draft_tokens_total",

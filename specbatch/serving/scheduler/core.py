@@ -82,7 +82,12 @@ class SchedulerEvents:
     def requeued(self, prompts: int) -> None: ...
 
     def instance_load(
-        self, instance: str, load: InstanceLoad, rows_allowed: int, b_sla: int | None
+        self,
+        instance: str,
+        load: InstanceLoad,
+        rows_allowed: int,
+        b_sla: int | None,
+        pace_s: float | None,
     ) -> None: ...
 
     def instance_lost(self, instance: str) -> None: ...
@@ -330,7 +335,8 @@ class SchedulerCore:
             return  # a retiring connection's load is not its successor's
         self._policy.report(name, load)
         allowed, b_sla = self._policy.capacity(name)
-        self._events.instance_load(name, load, allowed, b_sla)
+        pace_s = None if b_sla is None else self._policy.instance_pace_s(name)
+        self._events.instance_load(name, load, allowed, b_sla, pace_s)
 
     # ---- decisions --------------------------------------------------------------------
 
