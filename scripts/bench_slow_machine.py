@@ -1,0 +1,192 @@
+"""b_SLA on a machine slower than its SLA: the step simulator at slower machine speeds.
+
+Algorithm 2 (b_SLA) shrinks an instance's batch until its measured seconds per token
+meet the SLA's per-token allowance. On a machine where even one row alone runs slower
+than that allowance, the search ends at one row per instance and throughput collapses
+without saving a row; the `slack_pace` switch (on by default) then holds each instance
+to what its running rows can afford of their finish budgets instead. This script shows
+the regime where that matters, on the step simulator of bench_predict: the same arrivals,
+prompts and `AdmissionPolicy` as the served set-ups (the scheduler's cpu config and each
+set-up's SPECBATCH_* overrides, built by the server's own `build_admission`), on two
+simulated instances, at the offline fit's step costs (read from a bench_predict JSON)
+and at those costs times each `--speeds` factor. Offered rates are `--rates` divided by
+the factor, so every speed sees the same relative load; each point is the mean over
+`--seeds` arrival seeds.
+
+    .venv/bin/python scripts/bench_slow_machine.py --predict results/bench_predict.json \
+        --policies results/bench_policies.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_policies import SETUPS, server_env, workloads  # noqa: E402
+from bench_predict import (  # noqa: E402
+    REPOSITORY,
+    Requests,
+    at_speed,
+    bench_args,
+    config_parameters,
+    simulate,
+)
+
+from specbatch.figures import save_figure  # noqa: E402
+from specbatch.scheduling.simulate.continuous import SimInstance, StepCosts  # noqa: E402
+from specbatch.serving.scheduler.setup import build_admission  # noqa: E402
+from specbatch.serving.settings import ModelSettings  # noqa: E402
+
+logger = logging.getLogger("bench_slow_machine")
+
+COMPARED = ("least_slack", "fixed_pace", "fcfs")
+ROOMY_KV_TOKENS = 200_000  # memory never binds here: the comparison is of b_SLA alone
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Goodput, refusals and admitted e2e p99 over SLA of every set-up, workload, speed
+    and rate, each the mean over the seeds."""
+    predicted = json.loads(args.predict.read_text())
+    costs = StepCosts(
+        **{
+            **predicted["costs"],
+            "tokens_per_row_step": tuple(map(tuple, predicted["costs"]["tokens_per_row_step"])),
+        }
+    )
+    bench = bench_args(json.loads(args.policies.read_text())["config"])
+    builders = {w.name: w for w in workloads(bench)}
+    setups = {s.name: s for s in SETUPS}
+    scheduler = config_parameters(REPOSITORY / "scheduler" / "configs" / "cpu.pbtxt")
+    requests = Requests()
+    instance = SimInstance(kv_tokens=ROOMY_KV_TOKENS, max_rows=64)
+    rows = []
+    for workload in args.workloads:
+        for speed in args.speeds:
+            for base_rate in args.rates[workload]:
+                rate = base_rate / speed
+                for name in COMPARED:
+                    env = server_env(setups[name], builders[workload].env, bench)
+                    admission = build_admission(ModelSettings(scheduler, ROOT, env=env))
+                    runs = []
+                    for seed in range(bench.seed, bench.seed + args.seeds):
+                        arrivals = builders[workload].build(rate, args.duration, seed)
+                        runs.append(
+                            simulate(
+                                admission,
+                                instance,
+                                at_speed(costs, speed),
+                                requests.of(arrivals),
+                                arrivals,
+                                bench,
+                            )
+                        )
+                    row = {
+                        "workload": workload,
+                        "speed": speed,
+                        "rate": rate,
+                        "setup": name,
+                        "goodput_rps": float(np.mean([r["goodput_rps"] for r in runs])),
+                        "refused": float(np.mean([r["refused"] for r in runs])),
+                    }
+                    rows.append(row)
+                    logger.info(
+                        "%s x%.1f at %.2f/s %s: goodput %.2f", workload, speed, rate, name, row["goodput_rps"]
+                    )
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    labels = {s.name: s.label for s in SETUPS}
+    lines = [
+        "| workload | step time / fit's | offered req/s | "
+        + " | ".join(f"{labels[name]} goodput (refused)" for name in COMPARED)
+        + " | slack pace / fixed |",
+        "|---|---|---|" + "---|" * len(COMPARED) + "---|",
+    ]
+    keyed = {(r["workload"], r["speed"], r["rate"], r["setup"]): r for r in rows}
+    for workload, speed, rate in dict.fromkeys((r["workload"], r["speed"], r["rate"]) for r in rows):
+        cells = [keyed[(workload, speed, rate, name)] for name in COMPARED]
+        slack, fixed = cells[0]["goodput_rps"], cells[1]["goodput_rps"]
+        ratio = f"{slack / fixed:.2f}" if fixed else "—"
+        lines.append(
+            f"| {workload} | {speed:g}x | {rate:.2f} | "
+            + " | ".join(f"{c['goodput_rps']:.2f} ({c['refused']:.0f})" for c in cells)
+            + f" | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {s.name: s.label for s in SETUPS}
+    panels = list(dict.fromkeys((r["workload"], r["speed"]) for r in rows))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), squeeze=False)
+    for ax, (workload, speed) in zip(axes[0], panels, strict=True):
+        for name in COMPARED:
+            points = [r for r in rows if (r["workload"], r["speed"], r["setup"]) == (workload, speed, name)]
+            ax.plot(
+                [p["rate"] for p in points],
+                [p["goodput_rps"] for p in points],
+                marker="o",
+                label=labels[name],
+            )
+        ax.set_title(f"{workload}, steps {speed:g}x the fit's", fontsize=9)
+        ax.set_xlabel("offered req/s")
+        ax.set_ylabel("goodput req/s")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--predict", type=Path, default=ROOT / "results" / "bench_predict.json")
+    parser.add_argument("--policies", type=Path, default=ROOT / "results" / "bench_policies.json")
+    parser.add_argument(
+        "--workloads", nargs="+", default=["infobench", "heavy"], choices=["infobench", "heavy"]
+    )
+    parser.add_argument("--speeds", type=float, nargs="+", default=[1.0, 1.5, 2.0])
+    parser.add_argument("--infobench-rates", type=float, nargs="+", default=[6.0, 9.0, 12.0, 16.0])
+    parser.add_argument("--heavy-rates", type=float, nargs="+", default=[3.0, 5.0, 7.0, 9.0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_slow_machine.json")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bench_slow_machine.png")
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    args = parser.parse_args(argv)
+    args.rates = {"infobench": args.infobench_rates, "heavy": args.heavy_rates}
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    rows = run(args)
+    text = table(rows)
+    print(text)
+    plot(rows, args.plot)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {"args": {k: v for k, v in vars(args).items() if k != "rates"}, "rows": rows},
+            indent=2,
+            default=str,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
