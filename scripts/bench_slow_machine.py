@@ -1,4 +1,4 @@
-"""b_SLA on a machine slower than its SLA: the step simulator at slower machine speeds.
+"""b_SLA on a machine slower than its SLA: the step simulator at several machine speeds.
 
 Algorithm 2 (b_SLA) shrinks an instance's batch until its measured seconds per token
 meet the SLA's per-token allowance. On a machine where even one row alone runs slower
@@ -9,9 +9,9 @@ the regime where that matters, on the step simulator of bench_predict: the same 
 prompts and `AdmissionPolicy` as the served set-ups (the scheduler's cpu config and each
 set-up's SPECBATCH_* overrides, built by the server's own `build_admission`), on two
 simulated instances, at the offline fit's step costs (read from a bench_predict JSON)
-and at those costs times each `--speeds` factor. Offered rates are `--rates` divided by
-the factor, so every speed sees the same relative load; each point is the mean over
-`--seeds` arrival seeds.
+and at those costs times each `--speeds` factor (below 1, a faster machine). Offered
+rates (`--infobench-rates`, `--heavy-rates`) are divided by the factor, so every speed
+sees the same relative load; each point is the mean over `--seeds` arrival seeds.
 
     .venv/bin/python scripts/bench_slow_machine.py --predict results/bench_predict.json \
         --policies results/bench_policies.json
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workloads", nargs="+", default=["infobench", "heavy"], choices=["infobench", "heavy"]
     )
-    parser.add_argument("--speeds", type=float, nargs="+", default=[1.0, 1.5, 2.0])
+    parser.add_argument("--speeds", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     parser.add_argument("--infobench-rates", type=float, nargs="+", default=[6.0, 9.0, 12.0, 16.0])
     parser.add_argument("--heavy-rates", type=float, nargs="+", default=[3.0, 5.0, 7.0, 9.0])
     parser.add_argument("--seeds", type=int, default=3)

@@ -66,11 +66,6 @@ class SlaBatchController:
         self.b_sla = self._midpoint()
         self._floor_s: float | None = None
 
-    @property
-    def target_s(self) -> float:
-        """D_SLA: the seconds per token the search holds the worker to."""
-        return self._target
-
     def retarget(self, d_sla_s: float, eps_d_s: float) -> None:
         """Hold the worker to a new pace from the next measurement on (the interval found so
         far stays: it moves towards the new pace as measurements arrive)."""
@@ -108,6 +103,8 @@ class SlaBatchController:
         return self.b_sla
 
     def _learn_floor(self, seconds_per_token: float, latency: float, tested: int) -> None:
+        """Smooth the smallest batch's measurements into the floor; a full window of larger
+        batches that ran faster shows the floor was a slow spell, and lowers it."""
         if tested == self._b_min:
             previous = self._floor_s
             self._floor_s = (
