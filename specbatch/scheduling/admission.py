@@ -90,6 +90,15 @@ class QueueFullError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class InstanceCapacity:
+    """What admission allows an instance now, as its metrics gauges show it."""
+
+    rows_allowed: int  # min(b_mem's row cap, b_SLA)
+    b_sla: int | None  # None: b_SLA is off (``sla_aware=False``)
+    pace_s: float | None  # seconds a token b_SLA holds the instance to; None when it is off
+
+
+@dataclass(frozen=True)
 class AdmissionConfig:
     order: str = "least_slack"
     num_bins: int = 4
@@ -341,14 +350,12 @@ class AdmissionPolicy:
         if output_tokens > 0:
             self._prediction_error.add(output_tokens - request.predicted_tokens)
 
-    def instance_pace_s(self, name: str) -> float:
-        """Seconds a token b_SLA holds instance ``name`` to now (its metrics gauge)."""
-        return self._pace_s(self._instance(name))
-
-    def capacity(self, name: str) -> tuple[int, int | None]:
-        """(rows the instance may run now, b_SLA or None) — for metrics and tests."""
+    def capacity(self, name: str) -> InstanceCapacity:
+        """What instance ``name`` is allowed now: rows, b_SLA and its pace (for its gauges)."""
         instance = self._instance(name)
-        return self._row_cap(instance), None if instance.sla is None else instance.sla.b_sla
+        if instance.sla is None:
+            return InstanceCapacity(self._row_cap(instance), None, None)
+        return InstanceCapacity(self._row_cap(instance), instance.sla.b_sla, self._pace_s(instance))
 
     def admit_spread(self, now_s: float) -> dict[str, list[QueuedRequest]]:
         """What every instance starts now: one prompt at a time to the instance running the

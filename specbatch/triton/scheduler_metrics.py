@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from specbatch.scheduling.admission import InstanceCapacity
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.serving.latency import PromptTiming, SlaTargets
 from specbatch.serving.messages import RowOutcome
@@ -183,17 +184,10 @@ class SchedulerMetrics(SchedulerEvents):
             "specbatch_scheduler_restarts_total", "Times the scheduler loop failed and restarted"
         )
 
-    def instance_load(
-        self,
-        instance: str,
-        load: InstanceLoad,
-        rows_allowed: int,
-        b_sla: int | None,
-        pace_s: float | None,
-    ) -> None:
+    def instance_load(self, instance: str, load: InstanceLoad, capacity: InstanceCapacity) -> None:
         """Kept as the instance's latest; published when its half second is up (here, or at
         the loop's next tick), so the last load before an instance goes quiet is not lost."""
-        self._pending[instance] = (load, rows_allowed, b_sla, pace_s)
+        self._pending[instance] = (load, capacity)
         self._publish_due()
 
     def _publish_due(self) -> None:
@@ -201,14 +195,7 @@ class SchedulerMetrics(SchedulerEvents):
             if self._due(instance):
                 self._publish(instance, *self._pending.pop(instance))
 
-    def _publish(
-        self,
-        instance: str,
-        load: InstanceLoad,
-        rows_allowed: int,
-        b_sla: int | None,
-        pace_s: float | None,
-    ) -> None:
+    def _publish(self, instance: str, load: InstanceLoad, capacity: InstanceCapacity) -> None:
         m = self._m
         self._kv_blocks[instance] = (load.blocks_total - load.blocks_free, load.blocks_total)
         in_use, total = (sum(counts) for counts in zip(*self._kv_blocks.values(), strict=True))
@@ -260,19 +247,22 @@ class SchedulerMetrics(SchedulerEvents):
         m.set(
             "specbatch_rows_allowed",
             "Rows admission allows an instance: min(b_mem, b_SLA)",
-            rows_allowed,
+            capacity.rows_allowed,
             instance=instance,
         )
-        if b_sla is not None:
+        if capacity.b_sla is not None:
             m.set(
-                "specbatch_b_sla", "b_SLA of an instance (per-token SLA feedback)", b_sla, instance=instance
+                "specbatch_b_sla",
+                "b_SLA of an instance (per-token SLA feedback)",
+                capacity.b_sla,
+                instance=instance,
             )
-        if pace_s is not None:
+        if capacity.pace_s is not None:
             m.set(
                 "specbatch_b_sla_pace_seconds",
                 "Seconds a token b_SLA holds an instance to: the SLA's allowance, or what its "
                 "rows afford where one row alone runs slower than that",
-                pace_s,
+                capacity.pace_s,
                 instance=instance,
             )
         for field, name, label, text in STEP_HISTOGRAMS:

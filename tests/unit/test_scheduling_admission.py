@@ -185,14 +185,14 @@ def test_fcfs_does_not_let_a_shorter_prompt_overtake_a_head_that_does_not_fit():
 
 def test_b_sla_shrinks_the_rows_an_instance_may_run_when_tokens_come_too_slowly():
     admission = policy(sla_aware=True, max_rows=32)
-    before, _ = admission.capacity("a")
+    before = admission.capacity("a").rows_allowed
     for _ in range(6):
         admission.report(
             "a", InstanceLoad(running=16, blocks_total=1000, blocks_free=900, seconds_per_token=0.3)
         )
-    after, b_sla = admission.capacity("a")
-    assert after < before
-    assert after == b_sla < 16
+    after = admission.capacity("a")
+    assert after.rows_allowed < before
+    assert after.rows_allowed == after.b_sla < 16
 
 
 def b_sla_after(
@@ -215,14 +215,14 @@ def b_sla_after(
     )
     for _ in range(6):
         admission.report("a", load)
-    return admission.capacity("a")[1], admission
+    return admission.capacity("a").b_sla, admission
 
 
 def test_b_sla_holds_to_the_allowance_while_one_row_alone_reaches_it_whatever_rows_afford():
     # ten tokens with 0.5 s + 0.1 s to end them afford 60 ms a token, but one row alone
     # ran at 5 ms: a smaller batch does reach 10 ms, so 30 ms is too slow
     held, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005)
-    assert admission.instance_pace_s("a") == pytest.approx(0.01)
+    assert admission.capacity("a").pace_s == pytest.approx(0.01)
     fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005, pace_from_slack=False)
     unmeasured, _ = b_sla_after([10] * 8, 0.03)
     assert held == fixed == unmeasured < 8
@@ -231,7 +231,7 @@ def test_b_sla_holds_to_the_allowance_while_one_row_alone_reaches_it_whatever_ro
 def test_b_sla_lets_short_rows_run_at_the_pace_their_budgets_afford_when_the_allowance_is_out_of_reach():
     # one row alone ran at 20 ms a token: 10 ms is out of reach; ten tokens afford 60 ms
     grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.02)
-    assert admission.instance_pace_s("a") == pytest.approx((0.5 + 0.1 - 10 / 2000) / 10)
+    assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.1 - 10 / 2000) / 10)
     fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.02, pace_from_slack=False)
     assert grown >= 8 > fixed == 1, "held to 10 ms a token, no batch is fast enough: it collapses"
 
@@ -246,7 +246,7 @@ def test_b_sla_holds_an_instance_to_the_pace_of_its_tightest_row_and_lets_go_whe
         admission.report(
             "a", InstanceLoad(running=7, blocks_total=1000, blocks_free=900, seconds_per_token=0.03)
         )
-    assert admission.capacity("a")[1] >= 7 > shrunk
+    assert admission.capacity("a").b_sla >= 7 > shrunk
 
 
 def test_a_row_the_floor_cannot_save_holds_the_instance_to_twice_its_budget_not_the_allowance():
@@ -254,7 +254,7 @@ def test_a_row_the_floor_cannot_save_holds_the_instance_to_twice_its_budget_not_
     # tokens) is out of reach, its 25 ms within twice its budget is not; 22 ms meets it
     slack, admission = b_sla_after([200] + [10] * 7, 0.022, floor_s=0.02)
     # twice 2.5 s, less the prefill of 10 prompt tokens at the configured 2000 a second
-    assert admission.instance_pace_s("a") == pytest.approx((2 * 2.5 - 10 / 2000) / 200)
+    assert admission.capacity("a").pace_s == pytest.approx((2 * 2.5 - 10 / 2000) / 200)
     fixed, _ = b_sla_after([200] + [10] * 7, 0.022, floor_s=0.02, pace_from_slack=False)
     assert slack >= 8 > fixed == 1, "held to 10 ms a token, no batch is fast enough: it collapses"
 
@@ -262,7 +262,7 @@ def test_a_row_the_floor_cannot_save_holds_the_instance_to_twice_its_budget_not_
 def test_rows_lost_even_at_twice_their_budget_hold_the_instance_to_the_per_token_sla_only():
     # started 10 s late at a floor of 20 ms a token: no batch size can save any row
     released, admission = b_sla_after([10] * 8, 0.03, start_s=10.0, floor_s=0.02, tpot_sla_s=0.05)
-    assert admission.instance_pace_s("a") == pytest.approx(0.05)
+    assert admission.capacity("a").pace_s == pytest.approx(0.05)
     assert released >= 8
     held, _ = b_sla_after([10] * 8, 0.08, start_s=10.0, floor_s=0.02, tpot_sla_s=0.05)
     assert held < 8, "the per-token SLA still bounds the pace"

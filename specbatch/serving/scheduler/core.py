@@ -33,7 +33,7 @@ from typing import Protocol
 
 from specbatch.routing import LengthPredictor, route_evidence
 from specbatch.routing.classify import DEFAULT_TASK
-from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
+from specbatch.scheduling.admission import AdmissionPolicy, InstanceCapacity, QueueFullError
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.scheduling.prefixes import prefix_keys
 from specbatch.scheduling.requests import QueuedRequest
@@ -81,14 +81,7 @@ class SchedulerEvents:
 
     def requeued(self, prompts: int) -> None: ...
 
-    def instance_load(
-        self,
-        instance: str,
-        load: InstanceLoad,
-        rows_allowed: int,
-        b_sla: int | None,
-        pace_s: float | None,
-    ) -> None: ...
+    def instance_load(self, instance: str, load: InstanceLoad, capacity: InstanceCapacity) -> None: ...
 
     def instance_lost(self, instance: str) -> None: ...
 
@@ -334,9 +327,7 @@ class SchedulerCore:
         if name is None or self._channels.get(name) is not channel:
             return  # a retiring connection's load is not its successor's
         self._policy.report(name, load)
-        allowed, b_sla = self._policy.capacity(name)
-        pace_s = None if b_sla is None else self._policy.instance_pace_s(name)
-        self._events.instance_load(name, load, allowed, b_sla, pace_s)
+        self._events.instance_load(name, load, self._policy.capacity(name))
 
     # ---- decisions --------------------------------------------------------------------
 
