@@ -174,8 +174,11 @@ class GrpcRelay(grpc.GenericRpcHandler):
                         yield failure
                 elif unanswered.received(service_pb2.ModelStreamInferResponse.FromString(item)):
                     yield item
-                if written and unanswered.only_failed_left():
-                    return  # what is left waits on a dead scheduler: Triton never ends this stream
+                if written and unanswered.only_failed_left() and outgoing.empty():
+                    # what is left waits on a dead scheduler: Triton never ends this stream.
+                    # Not before the queue is drained: the relay's failures, made while this
+                    # loop was paused on a response, may be waiting in it.
+                    return
         finally:
             for task in tasks:
                 task.cancel()
