@@ -14,8 +14,9 @@ same arrival times) over one gRPC stream:
                        the best setting of a sweep of max batch size {4, 8, 16, 32} x queue
                        delay {5, 20, 50 ms}, run at the capacity of the shipped setting
   ablations of (a)     without b_SLA, b_SLA at the fixed per-token allowance instead of
-                       the running rows' slack, without b_mem, without deadline
-                       shedding, one bin
+                       the running rows' slack, refusing a request only for its own SLA
+                       (not for a queued prompt's it would break), without b_mem,
+                       without deadline shedding, one bin
 
 Workloads: `infobench` (infobench prompts, 60 % asking 8-32 tokens, the rest 96-192),
 `mixed` (the router's default graph/mmlu/infobench mix, sent through the ensemble as
@@ -107,6 +108,11 @@ PEERS = (
 ABLATIONS = (
     Setup("no_b_sla", "(a) without b_SLA", {"env": {"SPECBATCH_B_SLA": "off"}}),
     Setup("fixed_pace", "(a) b_SLA at the fixed allowance", {"env": {"SPECBATCH_SLACK_PACE": "off"}}),
+    Setup(
+        "break_promises",
+        "(a) refusing only for the newcomer's own SLA",
+        {"env": {"SPECBATCH_KEEP_PROMISES": "off"}},
+    ),
     Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
     Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),
     Setup("one_bin", "(a) without bins (num_bins 1)", {"env": {"SPECBATCH_NUM_BINS": "1"}}),

@@ -44,9 +44,11 @@ admission decisions, taken per instance whenever it reports its state:
   they may run, prefill by the whole instance; see ``queue_bound``), never more than
   ``queue_limit`` nor fewer than ``queue_min`` prompts, and a prompt past that is
   refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
-  only miss its SLA and make the ones behind it miss theirs. So is a request whose SLA
-  the work queued ahead of it (in the least-slack order) would already break. A queued
-  prompt whose client deadline can no longer be met is shed early instead of taking a slot.
+  only miss its SLA and make the ones behind it miss theirs. So is a request that would
+  start too late for its SLA, each queued prompt (in the least-slack order) taking the
+  first of the instances' row slots to free up; and, with ``keep_promises``, one that
+  would push a queued prompt that can still make its SLA past it. A queued prompt whose
+  client deadline can no longer be met is shed early instead of taking a slot.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to
@@ -68,6 +70,7 @@ and the server's wall clock drive the same decisions.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -124,6 +127,8 @@ class AdmissionConfig:
     finish_per_token_s: float | None = None
     # b_SLA's pace, once the allowance is out of reach: what the running rows can afford
     pace_from_slack: bool = True
+    # refuse a request that would push a queued prompt past the SLA it can still make
+    keep_promises: bool = True
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -160,17 +165,26 @@ class AdmissionConfig:
         return base + predicted_tokens * per_token
 
 
+@dataclass(frozen=True)
+class _AdmittedRow:
+    """A prompt an instance was told to start, as admission remembers it."""
+
+    request: QueuedRequest
+    start_s: float
+    need: float  # KV tokens it will hold at its end: input + predicted
+    # the seconds a token it can run at and end within its budget, and within twice it
+    affordable_paces_s: tuple[float, float]
+
+
 @dataclass
 class _Instance:
     load: InstanceLoad
     sla: SlaBatchController | None
-    reserved: dict[Hashable, float] = field(default_factory=dict)  # active key -> input + predicted
-    # active key -> the seconds a token it can run at and end within its budget, and twice it
-    affordable: dict[Hashable, tuple[float, float]] = field(default_factory=dict)
+    running: dict[Hashable, _AdmittedRow] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
-        return len(self.reserved)
+        return len(self.running)
 
 
 class AdmissionPolicy:
@@ -217,10 +231,10 @@ class AdmissionPolicy:
                 f"the server is overloaded: {len(self._queued)} prompts are queued "
                 f"(limit {limit}); retry later"
             )
-        if requests and self._late_behind_queue(requests):
+        broken = self._broken_sla(requests) if requests else None
+        if broken is not None:
             raise QueueFullError(
-                f"the server is overloaded: the work queued ahead ({len(self._queued)} prompts "
-                "queued) would make this request miss its SLA; retry later"
+                f"the server is overloaded ({len(self._queued)} prompts queued): {broken}; retry later"
             )
         for request in requests:
             self._bins.observe(request.predicted_tokens)
@@ -252,33 +266,85 @@ class AdmissionPolicy:
         bound = int(prompts_per_s * cfg.queue_seconds)
         return min(cfg.queue_limit, max(cfg.queue_min, bound))
 
-    def _late_behind_queue(self, requests: list[QueuedRequest]) -> bool:
-        """Whether the prompts already queued ahead of this request would make it miss its
-        SLA: their work (prefill by the whole instance, decoding shared by the rows it may
-        run), spread over the instances, against the request's least slack on arrival.
-        What the request costs itself is not held against it: with nothing queued ahead
-        it is admitted, however tight its SLA. Only the least-slack order has such an
-        ahead; multibin and the unbinned orders do not look at SLAs."""
-        if self.config.order != "least_slack" or not self._instances or not self._queued:
-            return False
+    def _broken_sla(self, requests: list[QueuedRequest]) -> str | None:
+        """Which SLA that can still be kept admitting this request would break, or None:
+        its own (it would start after its slack runs out), or, with ``keep_promises``, that
+        of a queued prompt it would go ahead of and push past its slack. Start times come
+        from :meth:`_predicted_starts`. A request that starts at once is admitted however
+        tight its SLA, and a queued prompt whose SLA is already lost does not veto arrivals.
+        Without the second test a newcomer with less slack overtakes a prompt admitted
+        earlier, again and again under overload, until that one has waited its finish
+        budget and ends at twice its SLA or later: the promise to the earlier prompt is
+        broken instead of the newcomer being refused at once. Only the least-slack order
+        has such an ahead; multibin and the unbinned orders do not look at SLAs."""
+        if self.config.order != "least_slack" or not self._instances:
+            return None
         tpot = self._tpot_estimate()
-        arriving = min(requests, key=lambda r: r.arrival_s).arrival_s
-        slack = min(self._slack(request, arriving, tpot) for request in requests)
-        latest_start_s = arriving + max(slack, 0.0)
+        now_s = min(request.arrival_s for request in requests)
+        queued = [request for _, request in self._queued.values()]
+        starts = self._predicted_starts(queued + requests, now_s, tpot)
+        for request in requests:
+            start_s = starts[request.request_id]
+            if start_s > now_s and start_s > now_s + self._slack(request, now_s, tpot):
+                return "this request would start too late to meet its SLA"
+        if not self.config.keep_promises or not queued:
+            return None
+        before = self._predicted_starts(queued, now_s, tpot)
+        for request in queued:
+            latest_s = now_s + self._slack(request, now_s, tpot)
+            if before[request.request_id] <= latest_s < starts[request.request_id]:
+                return "this request would make one admitted before it miss its SLA"
+        return None
 
-        def ahead(queued: QueuedRequest) -> bool:
-            if queued.arrival_s + self._promotion_s(queued) <= latest_start_s:
-                return True  # goes first by then, whatever its slack
-            queued_slack = self._slack(queued, arriving, tpot)
-            return 0.0 <= queued_slack <= slack  # a lost prompt waits behind
-
-        rows = sum(self._row_cap(instance) for instance in self._instances.values()) / len(self._instances)
-        ahead_s = sum(
-            self._prefill_s(queued) + queued.predicted_tokens * tpot / rows
-            for _, queued in self._queued.values()
-            if ahead(queued)
-        )
-        return ahead_s / len(self._instances) > max(slack, 0.0)
+    def _predicted_starts(
+        self, requests: list[QueuedRequest], now_s: float, tpot: float
+    ) -> dict[Hashable, float]:
+        """When each prompt would start if nothing else arrived. Each of the instances' row
+        slots takes, when it frees up, the prompt the least-slack order puts first at that
+        moment: one promoted by then, else the one with the least slack left, else one
+        whose SLA is lost by then, in arrival order. An instance's slots: those free now
+        (rows it may run beyond those it runs), and the slots its running rows free when
+        their predicted tokens are done at ``tpot`` seconds a token, counted from their
+        start, as many as b_SLA's lower bound lets it keep. b_SLA moves within its bounds
+        as it searches, and a start promised on its midpoint breaks when it shrinks; with
+        the lower bound, fewer admitted prompts end late and more are served in time under
+        overload (docs/BENCHMARKS.md, "Admission that keeps its promises")."""
+        slots: list[float] = []
+        for instance in self._instances.values():
+            ends = sorted(
+                max(now_s, row.start_s + self._service_s(row.request, tpot))
+                for row in instance.running.values()
+            )
+            cap = self._row_cap(instance)
+            kept = cap if instance.sla is None else min(cap, max(instance.sla.b_low, 1))
+            slots.extend([now_s] * max(cap - len(ends), 0) + ends[max(len(ends) - kept, 0) :])
+        heapq.heapify(slots)
+        by_promotion = [(r.arrival_s + self._promotion_s(r), i) for i, r in enumerate(requests)]
+        by_latest = [(now_s + self._slack(r, now_s, tpot), i) for i, r in enumerate(requests)]
+        heapq.heapify(by_promotion)
+        heapq.heapify(by_latest)
+        promoted: list[tuple[float, int]] = []  # (arrival, index)
+        lost: list[tuple[float, int]] = []
+        taken: set[int] = set()
+        starts = {}
+        for _ in requests:
+            start_s = heapq.heappop(slots)
+            while by_promotion and by_promotion[0][0] <= start_s:
+                index = heapq.heappop(by_promotion)[1]
+                heapq.heappush(promoted, (requests[index].arrival_s, index))
+            while by_latest and by_latest[0][0] < start_s:
+                index = heapq.heappop(by_latest)[1]
+                heapq.heappush(lost, (requests[index].arrival_s, index))
+            index = _first_untaken(promoted, taken)
+            if index is None:
+                index = _first_untaken(by_latest, taken)
+            if index is None:  # every prompt not taken is in by_latest or in lost
+                index = _first_untaken(lost, taken)
+            request = requests[index]
+            taken.add(index)
+            starts[request.request_id] = start_s
+            heapq.heappush(slots, start_s + self._service_s(request, tpot))
+        return starts
 
     def requeue(self, request: QueuedRequest) -> None:
         """Put back a prompt whose instance failed before it produced anything (bound ignored)."""
@@ -330,7 +396,7 @@ class AdmissionPolicy:
         """Forget an instance; the keys of the rows it was running (the caller settles them)."""
         instance = self._instances.pop(name, None)
         self._prefix_holders.forget(name)
-        return [] if instance is None else list(instance.reserved)
+        return [] if instance is None else list(instance.running)
 
     def report(self, name: str, load: InstanceLoad) -> None:
         """An instance's fresh measurements; steers its b_SLA when it is running rows."""
@@ -345,8 +411,7 @@ class AdmissionPolicy:
         """A row left its instance; its actual length teaches the memory margin."""
         instance = self._instances.get(name)
         if instance is not None:
-            instance.reserved.pop(request.request_id, None)
-            instance.affordable.pop(request.request_id, None)
+            instance.running.pop(request.request_id, None)
         if output_tokens > 0:
             self._prediction_error.add(output_tokens - request.predicted_tokens)
 
@@ -415,8 +480,9 @@ class AdmissionPolicy:
             chosen = self._fitting(instance, self._ordered(now_s), room)
         for request in chosen:
             del self._queued[request.request_id]
-            instance.reserved[request.request_id] = self._need(request)
-            instance.affordable[request.request_id] = self._affordable_paces_s(request, now_s)
+            instance.running[request.request_id] = _AdmittedRow(
+                request, now_s, self._need(request), self._affordable_paces_s(request, now_s)
+            )
             self._prefix_holders.sent(request.prefix_keys, name)
         return chosen
 
@@ -477,12 +543,13 @@ class AdmissionPolicy:
         ``tpot_sla_s`` (see the module's docstring)."""
         cfg = self.config
         floor = None if instance.sla is None else instance.sla.floor_s
-        if not cfg.pace_from_slack or not instance.affordable or floor is None:
+        if not cfg.pace_from_slack or not instance.running or floor is None:
             return cfg.pace_s
         if floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE):
             return cfg.pace_s
         reachable = [
-            next((pace for pace in paces if pace >= floor), None) for paces in instance.affordable.values()
+            next((pace for pace in row.affordable_paces_s if pace >= floor), None)
+            for row in instance.running.values()
         ]
         saved = [pace for pace in reachable if pace is not None]
         return min(cfg.tpot_sla_s, *saved) if saved else cfg.tpot_sla_s
@@ -511,7 +578,7 @@ class AdmissionPolicy:
         """Tokens free on the instance, less what its rows (and rows sent but not yet started)
         will still grow into."""
         load = instance.load
-        growth = max(0.0, sum(instance.reserved.values()) - load.held_tokens)
+        growth = max(0.0, sum(row.need for row in instance.running.values()) - load.held_tokens)
         return load.free_tokens - growth
 
     def _margin(self, rows: int) -> float:
@@ -585,3 +652,11 @@ class AdmissionPolicy:
         if request.deadline_s is not None:
             slack = min(slack, request.deadline_s - now_s - service)
         return slack
+
+
+def _first_untaken(heap: list[tuple[float, int]], taken: set[int]) -> int | None:
+    """The index at the top of a heap of (key, index) once those already taken are
+    dropped from it; None when none is left."""
+    while heap and heap[0][1] in taken:
+        heapq.heappop(heap)
+    return heap[0][1] if heap else None

@@ -56,24 +56,87 @@ def test_a_lost_prompt_goes_first_once_it_has_waited_its_own_finish_budget():
     assert first_at(1.5) == "old", "waited its finish budget: no longer behind the fresh one"
 
 
-def test_a_request_the_queue_ahead_would_make_late_is_refused_at_once_and_a_lone_one_never():
-    admission = policy(max_rows=4, queue_limit=100, finish_base_s=0.5, tpot_sla_s=0.01)
-    load = InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01, max_rows=4)
-    admission.report("a", load)
-    # nothing queued ahead: admitted even with no slack at all (its deadline is too near)
+def one_slot(seconds_per_token: float, **overrides) -> AdmissionPolicy:
+    """An instance that may run one row, measured at ``seconds_per_token``; prompt tokens
+    at the configured 2000 a second (10 tokens: 5 ms of prefill)."""
+    admission = policy(max_rows=1, queue_limit=100, **overrides)
+    admission.report(
+        "a", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=seconds_per_token)
+    )
+    return admission
+
+
+def started(admission: AdmissionPolicy, key, at_s: float, predicted: int) -> None:
+    admission.enqueue(request(key, arrival=at_s, predicted=predicted))
+    assert [r.request_id for r in admission.admit("a", at_s)] == [key]
+
+
+def test_a_request_that_would_start_too_late_is_refused_at_once_and_one_that_starts_at_once_never():
+    admission = one_slot(0.01, finish_base_s=0.5, tpot_sla_s=0.01)
+    # its slot is free: admitted even with no slack at all (its deadline is too near)
     admission.enqueue(request("hopeless", predicted=100, deadline=0.1))
     admission.cancel("hopeless")
-    # each prompt: budget 0.5 + 100 x 0.01 = 1.5 s, service 1.005 s, slack 0.495 s; each
-    # one queued ahead costs 0.005 s of prefill + 100 x 0.01 s / 4 rows = 0.255 s
-    admission.enqueue(request(0, predicted=100))
-    admission.enqueue(request(1, predicted=100))  # 0.255 s ahead
-    with pytest.raises(QueueFullError, match="miss its SLA"):
-        admission.enqueue(request(2, predicted=100))  # 0.51 s ahead
+    # the slot frees when a 100-token row started at 0 is done: 0.005 s + 100 x 0.01 s
+    started(admission, "long", 0.0, predicted=100)
+    # 10 tokens: budget 0.5 + 0.1 s, service 0.105 s, so it must start by 0.495 s
+    with pytest.raises(QueueFullError, match="start too late to meet its SLA"):
+        admission.enqueue(request("short", arrival=0.0))
+    assert admission.queued == 0
+    admission.enqueue(request("later", arrival=0.6))  # must start by 1.095 s: in time
+    assert admission.queued == 1
+
+
+def test_a_request_that_would_push_an_earlier_one_past_its_sla_is_refused_unless_promises_are_off():
+    def enqueue_urgent(early_deadline_s: float, **overrides) -> int:
+        admission = one_slot(0.005, **overrides)
+        started(admission, "running", 0.0, predicted=60)  # its slot frees at 0.305 s
+        # "early" (service 0.505 s) must start by its deadline less that: after "running"
+        admission.enqueue(request("early", predicted=100, deadline=early_deadline_s))
+        # less slack than "early" (must start by 0.395 s): it goes first, ends at 0.81 s
+        admission.enqueue(request("urgent", predicted=100, deadline=0.9))
+        return admission.queued
+
+    with pytest.raises(QueueFullError, match="one admitted before it miss its SLA"):
+        enqueue_urgent(early_deadline_s=1.105)  # must start by 0.6 s: 0.81 breaks it
+    assert enqueue_urgent(early_deadline_s=1.105, keep_promises=False) == 2
+    assert enqueue_urgent(early_deadline_s=1.5) == 2, "starting at 0.81 s still keeps it"
+
+
+def test_slots_that_free_up_later_are_counted_at_b_slas_lower_bound_not_its_midpoint():
+    def enqueue_short(sla_aware: bool) -> int:
+        admission = policy(max_rows=2, sla_aware=sla_aware, finish_base_s=0.5, tpot_sla_s=0.01)
+        admission.report("a", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01))
+        started(admission, "ends at 0.205 s", 0.0, predicted=20)
+        started(admission, "ends at 1.005 s", 0.0, predicted=100)
+        admission.enqueue(request("short", predicted=10))  # must start by 0.495 s
+        return admission.queued
+
+    # b_SLA allows 2 rows (the midpoint of its bounds 1 and 2) but may shrink to 1: the
+    # slot the first row frees is not promised, and the second frees too late
+    with pytest.raises(QueueFullError, match="start too late"):
+        enqueue_short(sla_aware=True)
+    assert enqueue_short(sla_aware=False) == 1
+
+
+def test_a_queued_prompt_whose_sla_is_already_lost_does_not_veto_arrivals():
+    admission = one_slot(0.005)
+    started(admission, "running", 0.0, predicted=60)
+    admission.enqueue(request("early", predicted=100, deadline=1.105))
+    # twice as slow: "running" ends at 0.605 s, "early" had to start by 0.1 s
+    admission.report(
+        "a", InstanceLoad(running=1, blocks_total=1000, blocks_free=1000, seconds_per_token=0.01)
+    )
+    admission.enqueue(request("urgent", predicted=10, deadline=0.9))  # must start by 0.795 s
     assert admission.queued == 2
-    # at 0.6 s those two have lost their SLA: they wait behind a fresh request until
-    # they have waited 1.5 s, so they are not ahead of one that must start by 1.095 s
-    admission.enqueue(request("short", predicted=10, arrival=0.6))
-    assert admission.queued == 3
+
+
+def test_a_prompt_starts_where_the_first_row_slot_frees_up_across_the_instances():
+    admission = one_slot(0.01, finish_base_s=0.5, tpot_sla_s=0.01)
+    admission.add_instance("b", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.01))
+    started(admission, "long", 0.0, predicted=100)  # instance a busy until 1.005 s
+    admission.enqueue(request("short", arrival=0.0))  # instance b is free: starts at once
+    assert [r.request_id for r in admission.admit("b", 0.0)] == ["short"]
+    assert admission.capacity("b").rows_allowed == 1
 
 
 def test_least_slack_first_serves_the_earlier_deadline_first():
@@ -538,6 +601,10 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
         False,
     )
     assert built.flush_s == 0.25
+    assert built.keep_promises and built.pace_from_slack, "on unless switched off"
+    env = {"SPECBATCH_KEEP_PROMISES": "off", "SPECBATCH_SLACK_PACE": "off"}
+    off = build_admission(ModelSettings(config, tmp_path, env=env)).config
+    assert (off.keep_promises, off.pace_from_slack) == (False, False)
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 

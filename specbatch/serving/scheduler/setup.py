@@ -50,7 +50,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     `sla_tpot_ms`); b_SLA holds each instance's pace to the tighter of `sla_tpot_ms`
     and `sla_finish_per_token_ms` a token, and where one row alone runs slower than that,
     to what its running rows can afford of their finish budgets (`slack_pace` off:
-    always the allowance)."""
+    always the allowance). A request is refused when it would start too late for its
+    SLA, or (`keep_promises`) push a queued prompt that can still make its SLA past it."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
@@ -69,6 +70,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             sla_aware=smart and settings.switch("b_sla", True),
             shed_deadlines=smart and settings.switch("deadline_shedding", True),
             pace_from_slack=settings.switch("slack_pace", True),
+            keep_promises=settings.switch("keep_promises", True),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
