@@ -308,7 +308,7 @@ class AdmissionPolicy:
         start, as many as b_SLA's lower bound lets it keep. b_SLA moves within its bounds
         as it searches, and a start promised on its midpoint breaks when it shrinks; with
         the lower bound, fewer admitted prompts end late and more are served in time under
-        overload (docs/BENCHMARKS.md, "Admission that keeps its promises")."""
+        overload (docs/BENCHMARKS.md, "Admission that refuses by predicted start times")."""
         slots: list[float] = []
         for instance in self._instances.values():
             ends = sorted(
@@ -318,6 +318,8 @@ class AdmissionPolicy:
             cap = self._row_cap(instance)
             kept = cap if instance.sla is None else min(cap, max(instance.sla.b_low, 1))
             slots.extend([now_s] * max(cap - len(ends), 0) + ends[max(len(ends) - kept, 0) :])
+        if not slots:  # no instance may run a row: nothing starts
+            return {request.request_id: math.inf for request in requests}
         heapq.heapify(slots)
         by_promotion = [(r.arrival_s + self._promotion_s(r), i) for i, r in enumerate(requests)]
         by_latest = [(now_s + self._slack(r, now_s, tpot), i) for i, r in enumerate(requests)]

@@ -118,6 +118,13 @@ def test_slots_that_free_up_later_are_counted_at_b_slas_lower_bound_not_its_midp
     assert enqueue_short(sla_aware=False) == 1
 
 
+def test_a_request_no_instance_may_start_is_refused_at_once_not_queued_forever():
+    admission = policy()
+    admission.report("a", InstanceLoad(blocks_total=1000, blocks_free=1000, max_rows=0))
+    with pytest.raises(QueueFullError, match="start too late"):
+        admission.enqueue(request("nowhere"))
+
+
 def test_a_queued_prompt_whose_sla_is_already_lost_does_not_veto_arrivals():
     admission = one_slot(0.005)
     started(admission, "running", 0.0, predicted=60)
