@@ -481,7 +481,8 @@ def test_a_row_cancelled_while_running_still_names_its_instance(tiny_pair_dir):
 
 def test_a_request_over_the_capacity_sized_queue_bound_is_refused_whole(tiny_pair_dir):
     slow_single_row = InstanceLoad(blocks_total=256, blocks_free=256, seconds_per_token=1.0, max_rows=1)
-    admission = AdmissionConfig(queue_limit=256, queue_min=2)
+    # an SLA loose enough for a prompt to wait out the first one's 64 s: only the bound refuses
+    admission = AdmissionConfig(queue_limit=256, queue_min=2, ttft_sla_s=1000.0, tpot_sla_s=10.0)
 
     async def scenario(cluster):
         cluster.join_scripted("s", slow_single_row)
@@ -491,7 +492,7 @@ def test_a_request_over_the_capacity_sized_queue_bound_is_refused_whole(tiny_pai
         assert cluster.core._policy.queue_bound() == 2, "a slow instance: the bound is queue_min"
 
         refused = cluster.reply()
-        with pytest.raises(Overloaded):
+        with pytest.raises(Overloaded, match=r"1 prompts are queued \(limit 2\)"):
             cluster.core.submit(routed([INFOBENCH, OTHER], max_tokens=[64]), refused)
         assert cluster.core.queued == 1, "nothing of a refused request stays queued"
 
