@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import running_server
+from helpers import PATIENT_SLA, running_server
 
 from specbatch.server.children import OpenAIFrontProcess
 from specbatch.server.process import TritonProcess, free_port
@@ -17,7 +17,7 @@ from specbatch.server.process import TritonProcess, free_port
 def server(tiny_pair_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonProcess]:
     # A fixed K, so every generated prompt speculates and its counters can be checked;
     # the default (goodput) may choose plain decoding, which the unit tests cover.
-    env = {"SPECBATCH_LOOKAHEAD": "3", "SPECBATCH_FAULT_INJECTION": "1"}
+    env = {"SPECBATCH_LOOKAHEAD": "3", "SPECBATCH_FAULT_INJECTION": "1", **PATIENT_SLA}
     with running_server(tmp_path_factory.mktemp("triton") / "server.log", env) as process:
         yield process
 

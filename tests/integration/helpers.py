@@ -31,6 +31,11 @@ MMLU_DATASET_PROMPT = (
     "A. Liver\nB. Pancreas\nC. Kidney\nD. Spleen\nE. Heart"
 )
 INFOBENCH_PROMPT = "Instruction: Write a short note thanking a colleague.\nQuestion: \nGeneration:"
+# A first-token SLA no test's queueing can miss on a loaded 2-core machine. The server's
+# 2 s default makes admission refuse a prompt predicted to wait longer; tests about
+# something else (batching, faults, shutdown) must not depend on how fast the machine
+# runs that day. Tests of refusal start their own server with their own bounds.
+PATIENT_SLA = {"SPECBATCH_SLA_TTFT_MS": "600000"}
 INFOBENCH_DATASET_PROMPT = (
     "Summarize the following paragraph in one sentence.\n\nThe clinic opened a new wing last year."
 )

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import INFOBENCH_PROMPT, metric_values, running_server, scrape
+from helpers import INFOBENCH_PROMPT, PATIENT_SLA, metric_values, running_server, scrape
 from specbatch_client import GenerationOptions, ServerError, SpecbatchClient
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,7 @@ def test_sigterm_with_requests_in_flight_answers_them_and_exits_within_the_timeo
     full or answered with the shutdown error, and the server exits cleanly inside its exit
     timeout (an expired timeout exits with an error status and drops what is left)."""
     exit_timeout_s = 20
-    env = {"SPECBATCH_BATCH_SIZE_MAX": "1", "SPECBATCH_QUEUE_MIN": "8"}
+    env = {"SPECBATCH_BATCH_SIZE_MAX": "1", "SPECBATCH_QUEUE_MIN": "8", **PATIENT_SLA}
     with running_server(tmp_path / "server.log", env, exit_timeout_s=exit_timeout_s) as process:
         client = SpecbatchClient(process.http_url)
         client.generate([INFOBENCH_PROMPT], SHORT)  # warm

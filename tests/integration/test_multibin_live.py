@@ -6,7 +6,7 @@ tokens it asked for. Real tritonclient over gRPC."""
 from __future__ import annotations
 
 import numpy as np
-from helpers import INFOBENCH_PROMPT, GrpcStream, running_server
+from helpers import INFOBENCH_PROMPT, PATIENT_SLA, GrpcStream, running_server
 
 LENGTHS = (3, 40, 5, 36, 4, 38, 6)  # two bins' worth, neither a full batch of 4
 
@@ -19,6 +19,7 @@ def test_every_request_is_answered_once_with_its_tokens_under_multibin(tmp_path)
         "SPECBATCH_MULTIBIN_FLUSH_MS": "200",
         "SPECBATCH_MAX_TOKENS_CAP": "64",
         "SPECBATCH_GENERATION_MODE": "target_only",
+        **PATIENT_SLA,
     }
     with running_server(tmp_path / "server.log", env) as server:
         stream = GrpcStream(server.grpc_url)
