@@ -287,12 +287,15 @@ class AdmissionPolicy:
             start_s = starts[request.request_id]
             if start_s > now_s and start_s > now_s + self._slack(request, now_s, tpot):
                 return "this request would start too late to meet its SLA"
-        if not self.config.keep_promises or not queued:
+        if not self.config.keep_promises:
+            return None
+        latest = {r.request_id: now_s + self._slack(r, now_s, tpot) for r in queued}
+        late = [r for r in queued if starts[r.request_id] > latest[r.request_id]]
+        if not late:  # no queued prompt misses its SLA with the newcomer: none is pushed past it
             return None
         before = self._predicted_starts(queued, now_s, tpot)
-        for request in queued:
-            latest_s = now_s + self._slack(request, now_s, tpot)
-            if before[request.request_id] <= latest_s < starts[request.request_id]:
+        for request in late:
+            if before[request.request_id] <= latest[request.request_id]:
                 return "this request would make one admitted before it miss its SLA"
         return None
 
