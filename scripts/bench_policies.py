@@ -402,6 +402,7 @@ ENGINE_METRICS = (
     "specbatch_prefix_hit_tokens_total",
     "specbatch_prefix_miss_tokens_total",
     "specbatch_step_seconds_total",
+    "specbatch_cycle_seconds_total",
     "specbatch_lookahead_steps_total",  # summed over K: decode steps
     "specbatch_row_step_tokens_total",  # summed over tokens: row-steps
 )
@@ -505,6 +506,7 @@ class Session:
             # what the instances' steps cost in this run: the machine's speed under this load
             row["engine"] = {
                 "step_seconds": delta["specbatch_step_seconds_total"],
+                "cycle_seconds": delta["specbatch_cycle_seconds_total"],
                 "steps": int(delta["specbatch_lookahead_steps_total"]),
                 "row_steps": int(delta["specbatch_row_step_tokens_total"]),
                 "row_tokens": int(delta[ROW_TOKENS]),

@@ -153,6 +153,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._step_seconds = 0.0
         self._step_seconds_total = 0.0
+        self._cycle_seconds_total = 0.0
+        self._last_commit_at: float | None = None  # None: no row ran since the last commit
         self._seconds_per_token = 0.0
         self._preemptions = 0
         self._calibrated = False
@@ -353,6 +355,7 @@ class Engine:
                     idle = not (incoming or scoring or cancels or self._running or self._waiting)
                     if idle:
                         self._thread = None
+                        self._last_commit_at = None
                         return
                 self._waiting.extend(incoming)
                 if scoring:
@@ -385,16 +388,21 @@ class Engine:
         self._drop_cancelled_and_expired(cancels)
         self._admit()
         if not self._running:
+            self._last_commit_at = None
             return
         self._prefill()
         committed = self._decode()
         if committed:
             self._deliver(committed)
-            elapsed = time.perf_counter() - started
+            ended = time.perf_counter()
+            elapsed = ended - started
+            cycle = ended - (started if self._last_commit_at is None else self._last_commit_at)
+            self._last_commit_at = ended
             per_row = sum(len(t) for t in committed.values()) / len(committed)
             self._step_seconds = _smooth(self._step_seconds, elapsed)
             self._step_seconds_total += elapsed
-            self._seconds_per_token = _smooth(self._seconds_per_token, elapsed / per_row)
+            self._cycle_seconds_total += cycle
+            self._seconds_per_token = _smooth(self._seconds_per_token, cycle / per_row)
 
     def _drop_cancelled_and_expired(self, cancels: set[int]) -> None:
         now = time.monotonic()
@@ -652,6 +660,7 @@ class Engine:
             block_size=self.pool.block_size,
             step_seconds=self._step_seconds,
             step_seconds_total=self._step_seconds_total,
+            cycle_seconds_total=self._cycle_seconds_total,
             seconds_per_token=self._seconds_per_token,
             lookahead=self.lookahead.k,
             lookahead_steps=_counts(self._lookahead_steps, MAX_LOOKAHEAD),

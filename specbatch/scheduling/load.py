@@ -19,6 +19,11 @@ class InstanceLoad:
     # step and row-step counts below, what a step really cost over any span (a simulator
     # calibrated on it runs at the machine's speed of that span)
     step_seconds_total: float = 0.0
+    # wall seconds from one committing step's end to the next while rows ran: the steps
+    # plus what stalls the rows between them (scoring passes, the loop's own work)
+    cycle_seconds_total: float = 0.0
+    # seconds a running row waits for each token it commits: a cycle over the tokens a
+    # row commits per step (what b_SLA holds to its pace and admission prices rows at)
     seconds_per_token: float = 0.0
     lookahead: int = 0
     # decode steps so far per K (index = K, 0 = plain) and row-steps per tokens a row

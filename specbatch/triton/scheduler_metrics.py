@@ -23,6 +23,11 @@ ENGINE_TOTALS = (
     ("prefix_miss_tokens", "specbatch_prefix_miss_tokens_total", "Prompt tokens computed (not cached)"),
     ("evictions", "specbatch_kv_evictions_total", "Cached KV blocks evicted to make room"),
     ("step_seconds_total", "specbatch_step_seconds_total", "Seconds in engine steps that committed tokens"),
+    (
+        "cycle_seconds_total",
+        "specbatch_cycle_seconds_total",
+        "Wall seconds between committing steps while rows ran (steps plus stalls between them)",
+    ),
 )
 
 

@@ -7,6 +7,7 @@ import math
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from specbatch.decoding import (
     load_model_pair,
     pair_from_models,
 )
+from specbatch.decoding.engine import STEP_SECONDS_SMOOTHING
 from specbatch.decoding.tiny import random_qwen3
 
 
@@ -269,6 +271,33 @@ def test_lm_head_rows_past_the_tokenizer_are_never_drawn(tmp_path, monkeypatch, 
     assert all(0 <= t < vocab for result in results for t in result.tokens)
     with pytest.raises(ValueError, match="dtype"):
         load_model_pair(str(tmp_path / "t"), dtype="int3")
+
+
+def test_a_stall_between_steps_counts_in_what_a_token_costs_a_row(pair) -> None:
+    """A row waits for its next token through whatever the loop does between steps
+    (a scoring pass, its own bookkeeping), not only through the step: the pace b_SLA
+    holds and admission prices rows at includes it; step seconds do not."""
+    stall_s = 0.03
+    engine = Engine(pair)
+    snapshot = engine._take_snapshot
+
+    def slow_snapshot():
+        load = snapshot()
+        time.sleep(stall_s)  # the injected stall between two steps
+        return load
+
+    engine._take_snapshot = slow_snapshot
+    steps: list[int] = []
+    engine.generate(
+        [GenerationRequest("hello world", max_new_tokens=12)],
+        mode="target_only",
+        on_step=lambda updates: steps.append(len(updates)),
+    )
+    load = snapshot()
+    assert len(steps) == 12, "one token a step without a draft"
+    assert load.cycle_seconds_total >= load.step_seconds_total + stall_s * (len(steps) - 1)
+    kept = (1 - STEP_SECONDS_SMOOTHING) ** (len(steps) - 1)  # of the first cycle, which has no stall
+    assert load.seconds_per_token > load.step_seconds + 0.9 * stall_s * (1 - kept)
 
 
 def test_rows_are_handed_over_the_step_they_finish(pair) -> None:
