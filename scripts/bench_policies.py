@@ -30,7 +30,11 @@ The capacity of a set-up is the rate at which it completes requests under sustai
 overload; loads are multiples of (c)'s capacity (in `memory`: 1.0, 1.5 and 2.0x (b)'s), measured in the
 same run, and `mixed` also runs (a) at 2x its own capacity (prompt-heavy overload). One
 tritonserver per set-up and workload serves, in this order, a warm-up, its capacity
-probe and the loads in ascending order. A request meets its SLA when its first token
+probe and the loads in ascending order. With --rounds N every cell runs N times on
+fresh arrivals (the same for every set-up in a round), round by round with every
+set-up's server up and their order rotated each round, so that the shared machine's
+slow spells fall on all set-ups alike; a target is then the median of its N per-round
+ratios, reported with each round's. A request meets its SLA when its first token
 comes within --sla-ttft-s and it ends within --sla-base-s + --sla-per-token-s x
 max_tokens; goodput is requests meeting it per second. The scheduler is told that SLA
 (`sla_ttft_ms`, `sla_finish_base_ms`, `sla_finish_per_token_ms`), as a user holding it
@@ -51,6 +55,7 @@ import queue
 import random
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -124,6 +129,8 @@ SWEEP_DELAY_MS = (5, 20, 50)
 SHIPPED = (8, 20)  # configs/cpu_triton_batching.pbtxt
 PROMPT_HEAVY_LOAD = 2.0  # the prompt-heavy overload: mixed profile at this multiple of (a)'s capacity
 REFUSED_AT_ONCE_S = 0.5  # a refusal later than this is not "at once"
+OVERLOAD_SEED_OFFSET = 3  # the overload's arrivals: seed + 3 (probes + 1, (c)'s sweep + 2)
+ROUND_SEED_STRIDE = 100  # round r's arrivals: seed + 100 r, clear of those offsets
 QUICK = {"duration": 12.0, "sweep_duration": 8.0, "capacity_probe_s": 10.0, "drain": 90.0}
 FULL = {"duration": 25.0, "sweep_duration": 15.0, "capacity_probe_s": 15.0, "drain": 150.0}
 
@@ -581,10 +588,48 @@ def sweep_triton(workload: ServedWorkload, args: argparse.Namespace, into: Path)
     return rows, {"probe": probe, "max_batch_size": best["max_batch_size"], "delay_ms": best["delay_ms"]}
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a run: a set-up at a load (None: (a)'s prompt-heavy overload) in a round."""
+
+    round: int
+    setup: Setup
+    load: float | None
+
+
+def plan(setups: list[Setup], loads: list[float], rounds: int, overload: bool) -> list[Turn]:
+    """The order the cells run in. One round: every load of one set-up, then the next (one
+    server at a time). Several: round by round, every set-up at one load before the next
+    load, in an order rotated each round, so that a slow spell of the shared machine falls
+    on the set-ups alike instead of on whichever ran then; all servers stay up meanwhile."""
+    heavy = [s for s in setups if overload and s.name == "least_slack"]
+    steps = []
+    if rounds == 1:
+        for setup in setups:
+            steps += [Turn(0, setup, load) for load in loads]
+            if setup in heavy:
+                steps.append(Turn(0, setup, None))
+        return steps
+    for index in range(rounds):
+        shift = index % len(setups)
+        order = setups[shift:] + setups[:shift]
+        for load in loads:
+            steps += [Turn(index, setup, load) for setup in order]
+        steps += [Turn(index, setup, None) for setup in heavy]
+    return steps
+
+
+def arrival_seed(args: argparse.Namespace, round_index: int, offset: int = 0) -> int:
+    """The seed of a round's arrivals: every set-up gets the same ones in a round."""
+    return args.seed + offset + ROUND_SEED_STRIDE * round_index
+
+
 def run_workload(
     workload: ServedWorkload, args: argparse.Namespace, into: Path, best_c: dict | None
 ) -> tuple[dict, dict | None]:
-    """Capacities, then every set-up at every load; (c) at its best setting."""
+    """Capacities, then every set-up at every load, --rounds times; (c) at its best setting.
+    A set-up's server starts (warmed, then its capacity probed) at its first cell and
+    stops after its last."""
     result: dict = {"name": workload.name, "title": workload.title, "capacities": {}, "rows": []}
     keep = {workload.reference, TRITON_BATCHING.name, *(args.only or [s.name for s in SETUPS])}
     setups = [s for s in workload.setups if s.name in keep]
@@ -597,33 +642,55 @@ def run_workload(
         result["best_c"] = best_c
         tuned = triton_variant(best_c["max_batch_size"], best_c["delay_ms"], into)
         setups = [tuned if s.name == TRITON_BATCHING.name else s for s in setups]
+    if workload.overload:
+        result["overloads"] = []
+    steps = plan(setups, list(workload.loads or args.loads), args.rounds, workload.overload)
+    last_step = {step.setup.name: index for index, step in enumerate(steps)}
+    sessions: dict[str, Session] = {}
     reference = None
     ablations = {s.name for s in ABLATIONS}
-    for setup in setups:
-        logger.info("%s: %s", workload.name, setup.label)
-        session = Session(setup, f"{workload.name}-{setup.name}", workload.env, args)
-        try:
-            if setup.name not in ablations:
-                rate = args.capacity_probe_rate if reference is None else args.probe_factor * reference
-                probe = session.capacity(workload, max(rate, args.capacity_probe_rate))
-                result["capacities"][setup.name] = probe
-                if setup.name == workload.reference:
-                    reference = probe["throughput_rps"]
-            for load in workload.loads or args.loads:
-                arrivals = workload.build(load * reference, args.duration, args.seed)
-                result["rows"].append(session.run("load", load * reference, arrivals, load))
-            if workload.overload and setup.name == "least_slack":
+    try:
+        for index, step in enumerate(steps):
+            setup = step.setup
+            session = sessions.get(setup.name)
+            if session is None:
+                logger.info("%s: %s", workload.name, setup.label)
+                session = Session(setup, f"{workload.name}-{setup.name}", workload.env, args)
+                sessions[setup.name] = session
+                if setup.name not in ablations:
+                    rate = args.capacity_probe_rate if reference is None else args.probe_factor * reference
+                    probe = session.capacity(workload, max(rate, args.capacity_probe_rate))
+                    result["capacities"][setup.name] = probe
+                    if setup.name == workload.reference:
+                        reference = probe["throughput_rps"]
+            if step.load is None:
                 rate = PROMPT_HEAVY_LOAD * result["capacities"][setup.name]["throughput_rps"]
-                arrivals = workload.build(rate, args.duration, args.seed + 3)
-                result["overload"] = session.run("overload", rate, arrivals, PROMPT_HEAVY_LOAD)
-        finally:
+                seed = arrival_seed(args, step.round, OVERLOAD_SEED_OFFSET)
+                arrivals = workload.build(rate, args.duration, seed)
+                row = session.run("overload", rate, arrivals, PROMPT_HEAVY_LOAD)
+                result["overloads"].append(row | {"round": step.round, "seed": seed})
+            else:
+                seed = arrival_seed(args, step.round)
+                arrivals = workload.build(step.load * reference, args.duration, seed)
+                row = session.run("load", step.load * reference, arrivals, step.load)
+                result["rows"].append(row | {"round": step.round, "seed": seed})
+            if last_step[setup.name] == index:
+                sessions.pop(setup.name).close()
+    finally:
+        for session in sessions.values():
             session.close()
     result["reference_capacity_rps"] = reference
     return result, best_c
 
 
-def cell(rows: list[dict], setup: str, load: float) -> dict | None:
-    return next((r for r in rows if r["setup"] == setup and r["load"] == load), None)
+def cell(rows: list[dict], setup: str, load: float, round_index: int = 0) -> dict | None:
+    return next(
+        (r for r in rows if r["setup"] == setup and r["load"] == load and r["round"] == round_index), None
+    )
+
+
+def rounds_of(rows: list[dict]) -> list[int]:
+    return sorted({r["round"] for r in rows})
 
 
 def ratio(mine: dict | None, theirs: dict | None) -> float:
@@ -640,53 +707,62 @@ def targets(results: list[dict]) -> list[dict]:
 
     def goodput(workload: str, what: str, mine: str, theirs: str, load: float, need: float) -> None:
         rows = next(w for w in results if w["name"] == workload)["rows"]
-        value = ratio(cell(rows, mine, load), cell(rows, theirs, load))
-        if value == value:  # measured
-            out.append({"workload": workload, "target": what, "load": load, "value": value, "need": need})
+        values = [ratio(cell(rows, mine, load, r), cell(rows, theirs, load, r)) for r in rounds_of(rows)]
+        values = [v for v in values if v == v]  # measured
+        if values:
+            out.append(
+                {
+                    "workload": workload,
+                    "target": what,
+                    "load": load,
+                    "value": statistics.median(values),
+                    "by_round": values,
+                    "need": need,
+                }
+            )
 
     for w in results:
         name = w["name"]
         if name == "memory":
             for load in sorted({r["load"] for r in w["rows"]}):
                 goodput(name, "(a) goodput / (b)", "least_slack", "fcfs", load, 1.2)
-                a, b = cell(w["rows"], "least_slack", load), cell(w["rows"], "fcfs", load)
-                if a and b:
-                    preempt = a["preemptions"] / b["preemptions"] if b["preemptions"] else float("nan")
-                    out.append(
-                        {
-                            "workload": name,
-                            "target": "(a) preemptions / (b)",
-                            "load": load,
-                            "value": preempt,
-                            "need": 0.2,
-                            "at_most": True,
-                        }
-                    )
+                pairs = [
+                    (cell(w["rows"], "least_slack", load, r), cell(w["rows"], "fcfs", load, r))
+                    for r in rounds_of(w["rows"])
+                ]
+                a = sum(mine["preemptions"] for mine, theirs in pairs if mine and theirs)
+                b = sum(theirs["preemptions"] for mine, theirs in pairs if mine and theirs)
+                out.append(
+                    {
+                        "workload": name,
+                        "target": "(a) preemptions / (b)",
+                        "load": load,
+                        "value": a / b if b else float("nan"),
+                        "need": 0.2,
+                        "at_most": True,
+                    }
+                )
             continue
         goodput(name, "(a) goodput / best (c)", "least_slack", "triton_batching", 1.0, 1.3)
         goodput(name, "(a) goodput / best (c)", "least_slack", "triton_batching", 1.2, 1.5)
         for load in sorted({r["load"] for r in w["rows"]}):
             goodput(name, "(a) goodput / (b)", "least_slack", "fcfs", load, 1.2 if load == 1.2 else 1.0)
             goodput(name, "(a) goodput / (d)", "least_slack", "shortest_first", load, 1.0)
-        if "overload" in w:
-            o = w["overload"]
+        for what, key, need in (
+            (f"(a) at {PROMPT_HEAVY_LOAD:g}× its capacity: admitted e2e p99 / SLA", "e2e_over_sla_p99", 2.0),
+            ("(a) refused at once: refusal p99 s", "refusal_p99_s", REFUSED_AT_ONCE_S),
+        ):
+            if not w.get("overloads"):
+                continue
+            values = [o[key] for o in w["overloads"] if o[key] == o[key]]  # NaN: none refused
             out.append(
                 {
                     "workload": name,
-                    "target": f"(a) at {PROMPT_HEAVY_LOAD:g}× its capacity: admitted e2e p99 / SLA",
+                    "target": what,
                     "load": None,
-                    "value": o["e2e_over_sla_p99"],
-                    "need": 2.0,
-                    "at_most": True,
-                }
-            )
-            out.append(
-                {
-                    "workload": name,
-                    "target": "(a) refused at once: refusal p99 s",
-                    "load": None,
-                    "value": o["refusal_p99_s"],
-                    "need": REFUSED_AT_ONCE_S,
+                    "value": statistics.median(values) if values else float("nan"),
+                    "by_round": values,
+                    "need": need,
                     "at_most": True,
                 }
             )
@@ -742,11 +818,14 @@ def table(rows: list[dict]) -> str:
         "| router+scheduler CPU ms/req |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        c, b = cell(rows, "triton_batching", r["load"]), cell(rows, "fcfs", r["load"])
+    several = len(rounds_of(rows)) > 1
+    for r in sorted(rows, key=lambda r: (r["round"], r["load"])):
+        c = cell(rows, "triton_batching", r["load"], r["round"])
+        b = cell(rows, "fcfs", r["load"], r["round"])
         cpu = r["router_scheduler_cpu_s_per_request"]
+        where = f", round {r['round'] + 1}" if several else ""
         lines.append(
-            f"| {r['load']:.1f}× ({r['rate']:.2f}/s) | {r['label']} | {r['completed']}/{r['offered']} "
+            f"| {r['load']:.1f}× ({r['rate']:.2f}/s{where}) | {r['label']} | {r['completed']}/{r['offered']} "
             f"| {r['errors']} | {r['throughput_rps']:.2f} | {r['goodput_rps']:.2f} | {number(ratio(r, c))} "
             f"| {number(ratio(r, b))} | {r['sla_met']:.0%} | {number(r['ttft_p95_s'])} "
             f"| {number(r['e2e_p99_s'])} "
@@ -757,22 +836,26 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def overload_table(row: dict) -> str:
-    return "\n".join(
-        [
-            "| offered req/s | admitted and completed | refused | lost | admitted e2e p99 / SLA | e2e p99 s "
-            "| refusal p99 s | goodput req/s |",
-            "|---|---|---|---|---|---|---|---|",
-            f"| {row['rate']:.2f} | {row['completed']}/{row['offered']} | {row['errors']} | {row['lost']} "
-            f"| {number(row['e2e_over_sla_p99'])} | {number(row['e2e_p99_s'])} "
-            f"| {number(row['refusal_p99_s'], 3)} "
-            f"| {row['goodput_rps']:.2f} |",
-        ]
-    )
+def overload_table(rows: list[dict]) -> str:
+    lines = [
+        "| round | offered req/s | admitted and completed | refused | lost | admitted e2e p99 / SLA "
+        "| e2e p99 s | refusal p99 s | goodput req/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['round'] + 1} | {row['rate']:.2f} | {row['completed']}/{row['offered']} "
+            f"| {row['errors']} | {row['lost']} | {number(row['e2e_over_sla_p99'])} "
+            f"| {number(row['e2e_p99_s'])} | {number(row['refusal_p99_s'], 3)} | {row['goodput_rps']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def targets_table(rows: list[dict]) -> str:
-    lines = ["| workload | target | load | measured | required | met |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| workload | target | load | measured (median) | by round | required | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for t in rows:
         need = f"≤ {t['need']:g}" if t.get("at_most") else f"≥ {t['need']:g}"
         load = "—" if t["load"] is None else f"{t['load']:.1f}×"
@@ -782,8 +865,10 @@ def targets_table(rows: list[dict]) -> str:
             verdict = f"**no** ({t['value'] / t['need']:.2f}× the bound)"
         else:
             verdict = f"**no** (short by {1 - t['value'] / t['need']:.1%})"
+        by_round = ", ".join(number(v) for v in t.get("by_round", [t["value"]]))
         lines.append(
-            f"| {t['workload']} | {t['target']} | {load} | {number(t['value'])} | {need} | {verdict} |"
+            f"| {t['workload']} | {t['target']} | {load} | {number(t['value'])} | {by_round} | {need} "
+            f"| {verdict} |"
         )
     return "\n".join(lines)
 
@@ -806,9 +891,9 @@ def report(results: list[dict], checks: list[dict]) -> str:
         parts.append("Capacities (completed req/s under sustained overload):\n")
         parts.append(capacity_table(w) + "\n")
         parts.append(table(w["rows"]) + "\n")
-        if "overload" in w:
+        if w.get("overloads"):
             parts.append(f"(a) at {PROMPT_HEAVY_LOAD:g}× its own capacity:\n")
-            parts.append(overload_table(w["overload"]) + "\n")
+            parts.append(overload_table(w["overloads"]) + "\n")
     parts.append("### Targets\n")
     parts.append(targets_table(checks))
     return "\n".join(parts)
@@ -826,9 +911,15 @@ def plot(result: dict, path: Path) -> None:
     for name in dict.fromkeys(r["setup"] for r in rows):
         mine = [r for r in rows if r["setup"] == name]
         style = "--" if name in ablations else "-"
-        loads = [r["load"] for r in mine]
-        left.plot(loads, [r["goodput_rps"] for r in mine], style, marker="o", label=mine[0]["label"])
-        right.plot(loads, [r["ttft_p95_s"] for r in mine], style, marker="o", label=mine[0]["label"])
+        loads = sorted({r["load"] for r in mine})
+        for axis, key in ((left, "goodput_rps"), (right, "ttft_p95_s")):
+            values = [[r[key] for r in mine if r["load"] == load] for load in loads]
+            middle = [statistics.median(v) for v in values]
+            below = [m - min(v) for m, v in zip(middle, values, strict=True)]
+            above = [max(v) - m for m, v in zip(middle, values, strict=True)]
+            axis.errorbar(
+                loads, middle, yerr=[below, above], fmt=style, marker="o", capsize=3, label=mine[0]["label"]
+            )
     reference = next(s.label for s in SETUPS if s.name == next(iter(result["capacities"])))
     for axis in (left, right):
         axis.set_xlabel(f"offered load (× capacity of {reference.split(' ')[0]})")
@@ -886,6 +977,12 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-budget-gb", type=float, default=0.01, help="KV budget per instance, memory regime"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every cell this many times, interleaved (targets: the median of per-round ratios)",
+    )
     parser.add_argument("--short-share", type=float, default=0.6, help="share of 8–32-token requests")
     parser.add_argument("--sla-ttft-s", type=float, default=2.0)
     parser.add_argument("--sla-base-s", type=float, default=0.5)
@@ -894,6 +991,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot-dir", type=Path, default=ROOT / "docs" / "img")
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)

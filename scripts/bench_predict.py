@@ -229,12 +229,10 @@ def predict_rows(policies: dict, costs: StepCosts, kv_tokens_per_gb: int) -> lis
             continue
         workload = builders[name]
         rows = [r for r in result["rows"] if r["setup"] in setups and r["setup"] != "triton_batching"]
-        if "overload" in result:
-            rows.append(result["overload"])
+        rows += result.get("overloads", [])
         for row in rows:
             env = server_env(setups[row["setup"]], workload.env, args)
-            seed = args.seed + (3 if row["phase"] == "overload" else 0)
-            arrivals = workload.build(row["rate"], args.duration, seed)
+            arrivals = workload.build(row["rate"], args.duration, row["seed"])
             budget = float(env.get("SPECBATCH_KV_MEMORY_BUDGET_GB", default_budget))
             instance = SimInstance(kv_tokens=int(budget * kv_tokens_per_gb), max_rows=64)
             admission = build_admission(ModelSettings(scheduler, ROOT, env=env))

@@ -1,0 +1,65 @@
+"""The order bench_policies runs its cells in: one server at a time for one round;
+interleaved, rotated rounds for several, each set-up at every load once a round."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from bench_policies import Setup, Turn, plan
+
+C, A, B = (
+    Setup(name, label, {})
+    for name, label in [("triton_batching", "(c)"), ("least_slack", "(a)"), ("fcfs", "(b)")]
+)
+
+
+def cells(steps: list[Turn]) -> list[tuple[int, str, float | None]]:
+    return [(step.round, step.setup.name, step.load) for step in steps]
+
+
+def test_one_round_runs_each_set_up_through_its_loads_then_the_next():
+    assert cells(plan([C, A, B], [0.8, 1.0], 1, overload=True)) == [
+        (0, "triton_batching", 0.8),
+        (0, "triton_batching", 1.0),
+        (0, "least_slack", 0.8),
+        (0, "least_slack", 1.0),
+        (0, "least_slack", None),
+        (0, "fcfs", 0.8),
+        (0, "fcfs", 1.0),
+    ]
+
+
+def test_rounds_interleave_the_set_ups_at_each_load_in_a_rotated_order():
+    steps = cells(plan([C, A, B], [0.8, 1.0], 3, overload=False))
+    assert steps[:6] == [
+        (0, "triton_batching", 0.8),
+        (0, "least_slack", 0.8),
+        (0, "fcfs", 0.8),
+        (0, "triton_batching", 1.0),
+        (0, "least_slack", 1.0),
+        (0, "fcfs", 1.0),
+    ], "the first round starts with the reference, whose capacity sets the rates"
+    assert [name for r, name, load in steps if r == 1 and load == 0.8] == [
+        "least_slack",
+        "fcfs",
+        "triton_batching",
+    ]
+    assert [name for r, name, load in steps if r == 2 and load == 0.8] == [
+        "fcfs",
+        "triton_batching",
+        "least_slack",
+    ]
+    for r in range(3):
+        for load in (0.8, 1.0):
+            assert sorted(name for rr, name, ll in steps if (rr, ll) == (r, load)) == sorted(
+                ["triton_batching", "least_slack", "fcfs"]
+            )
+
+
+def test_the_prompt_heavy_overload_runs_once_a_round_after_its_loads():
+    steps = cells(plan([C, A, B], [1.0], 2, overload=True))
+    assert [cell for cell in steps if cell[2] is None] == [(0, "least_slack", None), (1, "least_slack", None)]
+    assert steps.index((0, "least_slack", None)) > steps.index((0, "fcfs", 1.0))
