@@ -603,20 +603,20 @@ def plan(setups: list[Setup], loads: list[float], rounds: int, overload: bool) -
     load, in an order rotated each round, so that a slow spell of the shared machine falls
     on the set-ups alike instead of on whichever ran then; all servers stay up meanwhile."""
     heavy = [s for s in setups if overload and s.name == "least_slack"]
-    steps = []
+    turns = []
     if rounds == 1:
         for setup in setups:
-            steps += [Turn(0, setup, load) for load in loads]
+            turns += [Turn(0, setup, load) for load in loads]
             if setup in heavy:
-                steps.append(Turn(0, setup, None))
-        return steps
+                turns.append(Turn(0, setup, None))
+        return turns
     for index in range(rounds):
         shift = index % len(setups)
         order = setups[shift:] + setups[:shift]
         for load in loads:
-            steps += [Turn(index, setup, load) for setup in order]
-        steps += [Turn(index, setup, None) for setup in heavy]
-    return steps
+            turns += [Turn(index, setup, load) for setup in order]
+        turns += [Turn(index, setup, None) for setup in heavy]
+    return turns
 
 
 def arrival_seed(args: argparse.Namespace, round_index: int, offset: int = 0) -> int:
@@ -644,14 +644,14 @@ def run_workload(
         setups = [tuned if s.name == TRITON_BATCHING.name else s for s in setups]
     if workload.overload:
         result["overloads"] = []
-    steps = plan(setups, list(workload.loads or args.loads), args.rounds, workload.overload)
-    last_step = {step.setup.name: index for index, step in enumerate(steps)}
+    turns = plan(setups, list(workload.loads or args.loads), args.rounds, workload.overload)
+    last_turn = {turn.setup.name: index for index, turn in enumerate(turns)}
     sessions: dict[str, Session] = {}
     reference = None
     ablations = {s.name for s in ABLATIONS}
     try:
-        for index, step in enumerate(steps):
-            setup = step.setup
+        for index, turn in enumerate(turns):
+            setup = turn.setup
             session = sessions.get(setup.name)
             if session is None:
                 logger.info("%s: %s", workload.name, setup.label)
@@ -663,18 +663,18 @@ def run_workload(
                     result["capacities"][setup.name] = probe
                     if setup.name == workload.reference:
                         reference = probe["throughput_rps"]
-            if step.load is None:
+            if turn.load is None:
                 rate = PROMPT_HEAVY_LOAD * result["capacities"][setup.name]["throughput_rps"]
-                seed = arrival_seed(args, step.round, OVERLOAD_SEED_OFFSET)
+                seed = arrival_seed(args, turn.round, OVERLOAD_SEED_OFFSET)
                 arrivals = workload.build(rate, args.duration, seed)
                 row = session.run("overload", rate, arrivals, PROMPT_HEAVY_LOAD)
-                result["overloads"].append(row | {"round": step.round, "seed": seed})
+                result["overloads"].append(row | {"round": turn.round, "seed": seed})
             else:
-                seed = arrival_seed(args, step.round)
-                arrivals = workload.build(step.load * reference, args.duration, seed)
-                row = session.run("load", step.load * reference, arrivals, step.load)
-                result["rows"].append(row | {"round": step.round, "seed": seed})
-            if last_step[setup.name] == index:
+                seed = arrival_seed(args, turn.round)
+                arrivals = workload.build(turn.load * reference, args.duration, seed)
+                row = session.run("load", turn.load * reference, arrivals, turn.load)
+                result["rows"].append(row | {"round": turn.round, "seed": seed})
+            if last_turn[setup.name] == index:
                 sessions.pop(setup.name).close()
     finally:
         for session in sessions.values():
