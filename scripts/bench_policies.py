@@ -683,7 +683,7 @@ def run_workload(
     return result, best_c
 
 
-def cell(rows: list[dict], setup: str, load: float, round_index: int = 0) -> dict | None:
+def cell(rows: list[dict], setup: str, load: float, round_index: int) -> dict | None:
     return next(
         (r for r in rows if r["setup"] == setup and r["load"] == load and r["round"] == round_index), None
     )
@@ -748,12 +748,11 @@ def targets(results: list[dict]) -> list[dict]:
         for load in sorted({r["load"] for r in w["rows"]}):
             goodput(name, "(a) goodput / (b)", "least_slack", "fcfs", load, 1.2 if load == 1.2 else 1.0)
             goodput(name, "(a) goodput / (d)", "least_slack", "shortest_first", load, 1.0)
-        for what, key, need in (
+        overload_targets = (
             (f"(a) at {PROMPT_HEAVY_LOAD:g}× its capacity: admitted e2e p99 / SLA", "e2e_over_sla_p99", 2.0),
             ("(a) refused at once: refusal p99 s", "refusal_p99_s", REFUSED_AT_ONCE_S),
-        ):
-            if not w.get("overloads"):
-                continue
+        )
+        for what, key, need in overload_targets if w.get("overloads") else ():
             values = [o[key] for o in w["overloads"] if o[key] == o[key]]  # NaN: none refused
             out.append(
                 {
