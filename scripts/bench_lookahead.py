@@ -5,17 +5,22 @@ Pairs: the controlled pairs on the embedded default's shapes (a50, a70, a90: 6-l
 target, 2-layer draft) and the 12-layer controlled pair at α = 0.9 (``a90-12L``, the
 decoding benchmark's shapes). Every policy gets its own engine per pair, built and
 warmed up (calibration included) before anything is timed, and keeps it across
-concurrencies and rounds as a server would; the policies that learn (the rule,
-goodput) run one untimed window at each concurrency before its rounds. Each measurement is a closed loop at a
-fixed concurrency over a time window: clients submit the workload of
-scripts/bench_continuous.py (60 % of rows 8-32 new tokens, 40 % 96-256; greedy;
-end-of-sequence off) one request after another, the tokens streamed inside the window
-are counted, then the rows in flight are cancelled. A round runs every policy once at
-one concurrency, in an order rotated per round, so slow drift of a shared machine
-falls on every policy alike; the table gives the median over rounds and the spread.
+concurrencies and rounds as a server would.
+
+A round gives every engine, from empty, the round's own fresh workload (that of
+scripts/bench_continuous.py: prompts of 16-256 tokens, 60 % of rows 8-32 new tokens,
+40 % 96-256; greedy; end-of-sequence off; a new seed each round, so no prompt is served
+from the prefix cache of an earlier round) as a closed loop at a fixed concurrency:
+each client submits its next request as soon as its previous one ends. A relay lets
+one engine step at a time, for a slice of wall time (0.5 s) in an order rotated every
+turn, until each has run a warm-up and then a window of its own time; a policy's
+tokens/s is what its engine streamed in the window's slices over their seconds. So
+every policy runs under the same machine speed however a shared machine drifts.
+Before its rounds at a concurrency, the policies that learn (the rule, goodput) run
+one untimed round of their own. The table gives the median over rounds and the spread.
 
     python scripts/bench_lookahead.py --quick
-    python scripts/bench_lookahead.py --out results/bench_lookahead.json   # about an hour on 2 cores
+    python scripts/bench_lookahead.py --out results/bench_lookahead.json   # about 70 min on 2 cores
 
 Prints a markdown table and the targets, writes JSON rows and a PNG.
 """
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,6 +50,7 @@ from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
 from specbatch.decoding.lookahead import MAX_LOOKAHEAD
+from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_controlled_pair
 from specbatch.figures import save_figure
 
@@ -53,16 +60,17 @@ FIXED = tuple(f"fixed_{k}" for k in range(1, MAX_LOOKAHEAD + 1))
 POLICIES = ("target_only", *FIXED, "adaptive_rule", "goodput")
 LEARNING = ("adaptive_rule", "goodput")  # the policies whose choice depends on what they have seen
 # name: (shapes, acceptance, time scale). The 12-layer pair's passes cost about three
-# times the tiny pair's on a 2-core CPU, so its runs last twice as long.
+# times the tiny pair's on a 2-core CPU, so its slices last twice as long.
 PAIRS = {
     **{name: (TINY_SPEC, alpha, 1.0) for name, alpha in CONTROLLED_ALPHAS.items()},
     "a90-12L": (BENCH_SPEC, 0.9, 2.0),
 }
 PROMPT_RANGE = (16, 256)
 # Seconds of warm-up per concurrent client, on top of --warm: every run starts from an
-# empty engine and a burst of prompts, which takes longer to turn into steady decoding
-# the more clients there are.
-WARM_PER_CLIENT = 0.04
+# empty engine and a burst of fresh prompts (32 of them take about two seconds of
+# prefill on 2 cores), which takes longer to turn into steady decoding the more
+# clients there are.
+WARM_PER_CLIENT = 0.1
 
 
 def _lookahead(policy: str) -> int | str:
@@ -80,66 +88,124 @@ def warmed_engine(pair: ModelPair, policy: str, jobs: list[Job]) -> Engine:
     return engine
 
 
-class _Window:
-    """Counts the tokens streamed between ``start`` and ``end`` (monotonic seconds)."""
+OPEN = "\0open"  # the relay's holder when every engine may step
 
-    def __init__(self, start: float, end: float) -> None:
-        self.start, self.end = start, end
+
+class Relay:
+    """Lets one engine step at a time, each for a slice of wall time in turn.
+
+    A shared machine's speed drifts by tens of percent over seconds, and a policy
+    measured in its own window carries the speed of that window; two identical set-ups
+    measured a minute apart differed by up to 11 %. Interleaved in slices of a fraction
+    of a second, every policy runs under the same speed, so their ratios resolve a few
+    percent. Each engine's step hook waits for the relay; the driver hands it to one
+    engine, and after the slice takes it back once that engine's iteration in progress
+    has ended (the hook runs at the start of every iteration), so the seconds it held
+    the relay cover exactly the steps that delivered its tokens."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._holder = ""  # nobody: every engine waits
+        self._parked: set[str] = set()
+
+    def gate(self, name: str) -> Callable[[], None]:
+        """The step hook of ``name``'s engine."""
+
+        def hook() -> None:
+            with self._cond:
+                if self._holder in (name, OPEN):
+                    return
+                self._parked.add(name)
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._holder in (name, OPEN))
+                self._parked.discard(name)
+
+        return hook
+
+    def hold(self, name: str, engine: Engine, seconds: float) -> float:
+        """Let ``name``'s engine step for ``seconds``; the seconds it held the relay,
+        until its last iteration ended (it parked at the hook, or its loop went idle)."""
+        with self._cond:
+            self._holder = name
+            self._cond.notify_all()
+        started = time.perf_counter()
+        time.sleep(seconds)
+        with self._cond:
+            self._holder = ""
+
+            def stopped() -> bool:
+                thread = engine.loop_thread
+                return name in self._parked or thread is None or not thread.is_alive()
+
+            while not self._cond.wait_for(stopped, timeout=0.002):
+                pass
+        return time.perf_counter() - started
+
+    def open(self) -> None:
+        """Let every engine step (to drain its rows)."""
+        with self._cond:
+            self._holder = OPEN
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Let no engine step until it is handed the relay."""
+        with self._cond:
+            self._holder = ""
+
+
+class ClosedLoop:
+    """``concurrency`` clients of one engine, each submitting the workload's next request
+    as soon as its previous one ends; counts the tokens streamed."""
+
+    def __init__(self, engine: Engine, jobs: list[Job], concurrency: int, mode: str) -> None:
+        self.engine, self.jobs, self.mode = engine, jobs, mode
         self.tokens = 0
+        self._next_job = itertools.cycle(range(len(jobs)))
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._in_flight: dict[int, RowHandle] = {}
+        self._threads = [
+            threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(concurrency)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def on_tokens(self, count: int) -> None:
-        if self.start <= time.monotonic() < self.end:
+    def on_tokens(self, updates: dict[int, list[int]]) -> None:
+        self.tokens += sum(len(tokens) for tokens in updates.values())
+
+    def _client(self, index: int) -> None:
+        done = threading.Semaphore(0)
+        sink = _ClientSink(self, done)
+        while not self._stop.is_set():
             with self._lock:
-                self.tokens += count
+                job = self.jobs[next(self._next_job)]
+            self._in_flight[index] = self.engine.submit(
+                GenerationRequest(job.prompt, max_new_tokens=job.new_tokens), sink, mode=self.mode
+            )
+            done.acquire()
+            self._in_flight.pop(index, None)
+
+    def stop(self) -> None:
+        """End every client, cancelling its row in flight (the relay must be open)."""
+        self._stop.set()
+        while any(thread.is_alive() for thread in self._threads):
+            for handle in list(self._in_flight.values()):
+                self.engine.cancel(handle)
+            for thread in self._threads:
+                thread.join(timeout=0.05)
 
 
 class _ClientSink:
-    """One client's current row: its tokens go to the window, its end wakes the client."""
+    """One client's row: its tokens go to the loop's count, its end wakes the client."""
 
-    def __init__(self, window: _Window) -> None:
-        self.window = window
-        self.done = threading.Semaphore(0)
+    def __init__(self, loop: ClosedLoop, done: threading.Semaphore) -> None:
+        self.loop, self.done = loop, done
 
     def on_tokens(self, updates: dict[int, list[int]]) -> None:
-        self.window.on_tokens(sum(len(tokens) for tokens in updates.values()))
+        self.loop.on_tokens(updates)
 
     def on_finished(self, key: int, result: GenerationResult) -> None:
         self.done.release()
-
-
-def windowed_closed_loop(
-    engine: Engine, jobs: list[Job], concurrency: int, mode: str, warm_s: float, window_s: float
-) -> float:
-    """Tokens per second streamed inside the window of a closed loop at ``concurrency``."""
-    started = time.monotonic()
-    window = _Window(started + warm_s, started + warm_s + window_s)
-    next_job = itertools.cycle(range(len(jobs)))
-    lock = threading.Lock()
-    in_flight: dict[int, object] = {}
-
-    def client(index: int) -> None:
-        sink = _ClientSink(window)
-        while time.monotonic() < window.end:
-            with lock:
-                job = jobs[next(next_job)]
-            handle = engine.submit(
-                GenerationRequest(job.prompt, max_new_tokens=job.new_tokens), sink, mode=mode
-            )
-            in_flight[index] = handle
-            sink.done.acquire()
-            in_flight.pop(index, None)
-
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    time.sleep(max(0.0, window.end - time.monotonic()))
-    while any(thread.is_alive() for thread in threads):
-        for handle in list(in_flight.values()):
-            engine.cancel(handle)
-        for thread in threads:
-            thread.join(timeout=0.05)
-    return window.tokens / window_s
 
 
 def _mean_k(steps: dict[int, int]) -> float:
@@ -148,39 +214,97 @@ def _mean_k(steps: dict[int, int]) -> float:
 
 
 def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
-    jobs = make_workload(pair, 400, seed=13, prompt_range=PROMPT_RANGE)
     engines = {
-        policy: warmed_engine(pair, policy, jobs)
+        policy: warmed_engine(pair, policy, make_workload(pair, 4, seed=11, prompt_range=PROMPT_RANGE))
         for policy in tqdm(POLICIES, desc=f"{name} warm-up", leave=False)
     }
+    relay = Relay()
+    for policy, engine in engines.items():
+        engine.step_hook = relay.gate(policy)
     rows = []
-    scale = PAIRS[name][2]
     for concurrency in args.concurrency:
-        warm, window = scale * (args.warm + WARM_PER_CLIENT * concurrency), scale * args.window
-        for policy in LEARNING:  # an untimed window: they meet this batch size before they are timed at it
-            windowed_closed_loop(engines[policy], jobs, concurrency, "speculative", warm, window)
-        for round_index in range(args.rounds):
-            shift = (round_index * 4 + concurrency) % len(POLICIES)
-            order = POLICIES[shift:] + POLICIES[:shift]
-            for policy in tqdm(order, desc=f"{name} c={concurrency} round {round_index + 1}", leave=False):
-                engine = engines[policy]
-                before = engine.lookahead_steps
-                mode = "target_only" if policy == "target_only" else "speculative"
-                rate = windowed_closed_loop(engine, jobs, concurrency, mode, warm, window)
-                after = engine.lookahead_steps
-                steps = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-                rows.append(
-                    {
-                        "pair": name,
-                        "concurrency": concurrency,
-                        "round": round_index,
-                        "policy": policy,
-                        "tokens_per_s": rate,
-                        "mean_k": _mean_k(steps),
-                        "plain_step_fraction": steps.get(0, 0) / max(1, sum(steps.values())),
-                    }
-                )
+        warm = scale_of(name) * (args.warm + WARM_PER_CLIENT * concurrency)
+        window = scale_of(name) * args.window
+        # an untimed round: the policies that learn meet this batch size before they are timed at it
+        relay_round(relay, {p: engines[p] for p in LEARNING}, name, concurrency, -1, warm, window, args)
+        for round_index in tqdm(range(args.rounds), desc=f"{name} c={concurrency}", leave=False):
+            rows.extend(relay_round(relay, engines, name, concurrency, round_index, warm, window, args))
     return rows
+
+
+def relay_round(
+    relay: Relay,
+    engines: dict[str, Engine],
+    pair: str,
+    concurrency: int,
+    round_index: int,
+    warm: float,
+    window: float,
+    args,
+) -> list[dict]:
+    """Every engine from empty, on the round's own workload, runs a closed loop for
+    ``warm`` + ``window`` seconds of its own, in slices handed round by the relay; its
+    tokens/s is what it streamed in the window's slices over their seconds."""
+    jobs = make_workload(
+        next(iter(engines.values())).pair, 400, seed=13 + round_index, prompt_range=PROMPT_RANGE
+    )
+    loops = {
+        policy: ClosedLoop(
+            engine, jobs, concurrency, "target_only" if policy == "target_only" else "speculative"
+        )
+        for policy, engine in engines.items()
+    }
+    held = dict.fromkeys(engines, 0.0)
+    timed = {policy: [0.0, 0] for policy in engines}  # seconds, tokens
+    before = {policy: engine.lookahead_steps for policy, engine in engines.items()}
+    rotation = round_index * 5 + concurrency
+    while any(seconds < warm + window for seconds in held.values()):
+        for policy in _rotated(list(engines), rotation):
+            if held[policy] >= warm + window:
+                continue
+            limit = warm if held[policy] < warm else warm + window
+            tokens = loops[policy].tokens
+            seconds = relay.hold(
+                policy, engines[policy], min(args.slice * scale_of(pair), limit - held[policy])
+            )
+            if held[policy] >= warm:
+                timed[policy][0] += seconds
+                timed[policy][1] += loops[policy].tokens - tokens
+            held[policy] += seconds
+        rotation += 1
+    relay.open()
+    for loop in loops.values():
+        loop.stop()
+    relay.close()
+    rows = []
+    for policy, engine in engines.items():
+        after = engine.lookahead_steps
+        steps = {k: after.get(k, 0) - before[policy].get(k, 0) for k in after}
+        rows.append(
+            {
+                "pair": pair,
+                "concurrency": concurrency,
+                "round": round_index,
+                "policy": policy,
+                "tokens_per_s": timed[policy][1] / timed[policy][0],
+                "seconds": timed[policy][0],
+                "mean_k": _mean_k(steps),
+                "plain_step_fraction": steps.get(0, 0) / max(1, sum(steps.values())),
+            }
+        )
+    return rows
+
+
+def scale_of(pair: str) -> float:
+    """How much longer the pair's slices and windows are than the tiny pairs'."""
+    return PAIRS[pair][2]
+
+
+def _rotated(policies: list[str], shift: int) -> list[str]:
+    """Every policy once, starting at ``shift`` (mod their number): no policy always
+    follows the same one."""
+    shift %= len(policies)
+    return policies[shift:] + policies[:shift]
 
 
 def _rates(rows: list[dict], pair: str, concurrency: int, policy: str) -> list[float]:
@@ -357,7 +481,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a50 and a90, c = 1 and 32, 2 rounds (about 4 min)"
+        "--quick", action="store_true", help="a50 and a90, c = 1 and 32, 2 rounds (about 7 min)"
     )
     parser.add_argument(
         "--models", type=Path, default=Path(".models"), help="root of controlled_tiny/, controlled_bench/"
@@ -369,6 +493,9 @@ def main() -> None:
         "--warm", type=float, default=None, help="seconds of each run before the window (+0.04 s per client)"
     )
     parser.add_argument("--window", type=float, default=None, help="seconds of each run's window")
+    parser.add_argument(
+        "--slice", type=float, default=0.5, help="seconds an engine holds the relay at a time"
+    )
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_lookahead.png"))
     args = parser.parse_args()
@@ -378,7 +505,7 @@ def main() -> None:
     if args.rounds < 2:
         parser.error("--rounds must be at least 2: each round's best is judged on the others")
     args.warm = args.warm if args.warm is not None else 0.4
-    args.window = args.window if args.window is not None else (1.0 if args.quick else 4.0)
+    args.window = args.window if args.window is not None else (1.0 if args.quick else 3.0)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
     torch.manual_seed(0)
@@ -396,7 +523,7 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"{torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.warm:.1f} s + {WARM_PER_CLIENT} s per client + {args.window:.1f} s "
-        "windows (twice as long on a90-12L), "
+        f"windows in {args.slice:.2f} s slices (all twice as long on a90-12L), "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
     print(table(cells))
