@@ -494,18 +494,35 @@ class Engine:
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
             self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
+        beside_started = time.perf_counter()
         if plain_target:
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
-        target_rows = spec_rows + plain_target
-        if target_rows:
-            seconds = time.perf_counter() - started + self._catch_up_charge(spec_rows, committed)
-            self._record_step(
-                target_rows, k if spec_rows else 0, [committed[r] for r in target_rows], counts, seconds
-            )
+        if spec_rows:
+            deferred = self._defer_beside(plain_target, time.perf_counter() - beside_started)
+            seconds = time.perf_counter() - started - deferred + self._catch_up_charge(spec_rows, committed)
+            self._record_step(spec_rows, plain_target, k, committed, counts, seconds)
+        elif plain_target:
+            self._record_step(plain_target, [], 0, committed, counts, time.perf_counter() - started)
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
         return committed
+
+    def _defer_beside(self, plain_rows: list[Row], seconds: float) -> float:
+        """Move the seconds of the plain pass that ran beside a speculative one onto the
+        lagging rows it served, as draft catch-up they owe (see :func:`catch_up_share`);
+        the seconds moved. A row lags when speculation has just been switched on (every
+        running row) or when it has just been admitted: charged whole to this step, the
+        switch would look ruinous and the policy would switch straight back, so the pass
+        is spread over the speculative steps that catching up makes possible. A
+        target-only row's share stays with the step."""
+        lagging = [r for r in plain_rows if r.mode == "speculative"]
+        if not plain_rows or not lagging:
+            return 0.0
+        share = seconds / len(plain_rows)
+        for row in lagging:
+            row.catch_up_seconds += share
+        return share * len(lagging)
 
     def _catch_up_charge(self, spec_rows: list[Row], committed: dict[Row, list[int]]) -> float:
         """The draft catch-up seconds this speculative step is charged (see
@@ -532,20 +549,28 @@ class Engine:
         return max(0, min(k, max(r.remaining for r in rows) - 1))
 
     def _record_step(
-        self, rows: list[Row], k: int, tokens: list[list[int]], accepted: list[int], seconds: float
+        self,
+        rows: list[Row],
+        beside: list[Row],
+        k: int,
+        committed: dict[Row, list[int]],
+        accepted: list[int],
+        seconds: float,
     ) -> None:
-        """Tell the policy what choosing K delivered (a plain step: K = 0) over every row of
-        the target's step: with K > 0 the rows whose draft lags run a plain pass of their
-        own beside the speculative ones (``accepted`` has one count per speculative
-        row), and that pass and the draft catch-up are what speculating cost too."""
+        """Tell the policy what choosing K delivered (a plain step: K = 0, ``rows`` all of
+        the target's step). With K > 0, ``rows`` speculated and ``beside`` (rows whose
+        draft lags, or target-only rows) ran a plain pass of their own; ``accepted`` has
+        one count per speculative row. The step's tokens count every row's, so the
+        policy compares them with a prediction of the step as it ran."""
         self.lookahead.record(
             StepOutcome(
                 lookahead=k,
                 batch=self._batch_shape(rows),
                 drafted=k * len(accepted),
                 accepted=sum(accepted),
-                committed=sum(len(t) for t in tokens),
+                committed=sum(len(committed[r]) for r in rows + beside),
                 seconds=seconds,
+                plain_beside=len(beside),
             )
         )
 

@@ -71,7 +71,10 @@ class BatchShape:
 class StepOutcome:
     """What one decode step delivered for the rows that ran it with K = ``lookahead``
     (0: a plain step): the batch they formed, the draft tokens proposed and accepted,
-    the tokens committed and the seconds the step's passes took."""
+    the tokens committed and the seconds the step's passes took. ``plain_beside`` rows
+    (whose draft lagged) ran a plain pass beside the speculative ones and committed one
+    token each, counted in ``committed``; that pass's seconds are charged as their draft
+    catch-up, not to this step."""
 
     lookahead: int
     batch: BatchShape
@@ -79,6 +82,7 @@ class StepOutcome:
     accepted: int
     committed: int
     seconds: float
+    plain_beside: int = 0
 
 
 def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
@@ -221,12 +225,19 @@ class GoodputLookahead:
         return best_k
 
     def record(self, step: StepOutcome) -> None:
-        """Compare what the step delivered with what was predicted for its batch and K."""
+        """Compare what the step delivered with what was predicted for the step as it ran:
+        its speculative rows at its K, and one token from each row beside them. Predicted
+        as if every row had speculated, a step just after speculation was switched on
+        (most drafts lagging) would read as a K delivering a third of its tokens, and
+        speculation would never be switched on for long."""
         if not step.batch.alphas:
             return
-        predicted = self.predict(step.batch, step.lookahead)
+        tokens, seconds = self.predict(step.batch, step.lookahead)
         self.realised.record(
-            len(step.batch.alphas), step.lookahead, predicted, (step.committed, step.seconds)
+            len(step.batch.alphas) + step.plain_beside,
+            step.lookahead,
+            (tokens + step.plain_beside, seconds),
+            (step.committed, step.seconds),
         )
 
 
