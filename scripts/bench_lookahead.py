@@ -20,7 +20,7 @@ Before its rounds at a concurrency, the policies that learn (the rule, goodput) 
 one untimed round of their own. The table gives the median over rounds and the spread.
 
     python scripts/bench_lookahead.py --quick
-    python scripts/bench_lookahead.py --out results/bench_lookahead.json   # about 70 min on 2 cores
+    python scripts/bench_lookahead.py --out results/bench_lookahead.json   # about 90 min on 2 cores
 
 Prints a markdown table and the targets, writes JSON rows and a PNG.
 """
@@ -67,10 +67,10 @@ PAIRS = {
 }
 PROMPT_RANGE = (16, 256)
 # Seconds of warm-up per concurrent client, on top of --warm: every run starts from an
-# empty engine and a burst of fresh prompts (32 of them take about two seconds of
-# prefill on 2 cores), which takes longer to turn into steady decoding the more
-# clients there are.
-WARM_PER_CLIENT = 0.1
+# empty engine and a burst of fresh prompts, which takes longer to turn into steady
+# decoding the more clients there are (at 32 clients on a50, 2 cores: about 5 s before
+# tokens/s levels off).
+WARM_PER_CLIENT = 0.2
 
 
 def _lookahead(policy: str) -> int | str:
@@ -481,7 +481,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a50 and a90, c = 1 and 32, 2 rounds (about 7 min)"
+        "--quick", action="store_true", help="a50 and a90, c = 1 and 32, 2 rounds (about 9 min)"
     )
     parser.add_argument(
         "--models", type=Path, default=Path(".models"), help="root of controlled_tiny/, controlled_bench/"
