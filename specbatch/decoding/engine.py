@@ -517,7 +517,7 @@ class Engine:
         is spread over the speculative steps that catching up makes possible. A
         target-only row's share stays with the step."""
         lagging = [r for r in plain_rows if r.mode == "speculative"]
-        if not plain_rows or not lagging:
+        if not lagging:
             return 0.0
         share = seconds / len(plain_rows)
         for row in lagging:

@@ -72,9 +72,9 @@ class StepOutcome:
     """What one decode step delivered for the rows that ran it with K = ``lookahead``
     (0: a plain step): the batch they formed, the draft tokens proposed and accepted,
     the tokens committed and the seconds the step's passes took. ``plain_beside`` rows
-    (whose draft lagged) ran a plain pass beside the speculative ones and committed one
-    token each, counted in ``committed``; that pass's seconds are charged as their draft
-    catch-up, not to this step."""
+    (whose draft lagged, or target-only rows) ran a plain pass beside the speculative
+    ones and committed one token each, counted in ``committed``; the lagging rows' share
+    of that pass's seconds is charged as their draft catch-up, not to this step."""
 
     lookahead: int
     batch: BatchShape
