@@ -75,18 +75,28 @@ class Config:
     compiled_prompts: int
     new_tokens: int
     pair_dirs: dict[str, str]
+    device: str
 
 
-def pair_dirs(models: Path) -> dict[str, str]:
-    """The tiny pair and the controlled a90 pair on the tiny shapes, built if missing."""
-    tiny = build_tiny_pair(models / "tiny")[0].parent
-    a90 = build_controlled_pair(models / "controlled_tiny" / "a90", TINY_SPEC, CONTROLLED_ALPHAS["a90"])
-    return {"tiny": str(tiny), "a90": str(a90[0].parent)}
+PAIRS = ("tiny", "a90")
+
+
+def pair_dirs(models: Path, names: list[str]) -> dict[str, str]:
+    """The named pairs (the tiny pair, the controlled a90 pair on the tiny shapes), built if missing."""
+    builders = {
+        "tiny": lambda: build_tiny_pair(models / "tiny"),
+        "a90": lambda: build_controlled_pair(
+            models / "controlled_tiny" / "a90", TINY_SPEC, CONTROLLED_ALPHAS["a90"]
+        ),
+    }
+    return {name: str(builders[name]()[0].parent) for name in names}
 
 
 def load(config: Config, name: str, dtype: str) -> ModelPair:
     directory = Path(config.pair_dirs[name])
-    pair = load_model_pair(str(directory / "target"), str(directory / "draft"), dtype=dtype)
+    pair = load_model_pair(
+        str(directory / "target"), str(directory / "draft"), device=config.device, dtype=dtype
+    )
     pair.eos_token_ids.clear()  # every row runs its full budget, so rows compare position by position
     return pair
 
@@ -177,13 +187,18 @@ def eager_job(config: Config, name: str, dtype: str) -> dict[str, dict]:
     return out
 
 
+def compile_mode(device: str) -> str:
+    """What (c) compares with eager: torch.compile on a CPU, CUDA graphs on a GPU."""
+    return "cuda_graphs" if device.startswith("cuda") else "default"
+
+
 def compiled_job(config: Config, dtype: str) -> dict[str, dict]:
     """(c) for both pairs in one process: same shapes, so the second reuses the graphs."""
     out = {}
     for name in config.pair_dirs:
         pair = load(config, name, dtype)
         batch = requests(pair, config, config.compiled_prompts)
-        engine = Engine(pair, lookahead=LOOKAHEAD, compile="default")
+        engine = Engine(pair, lookahead=LOOKAHEAD, compile=compile_mode(config.device))
         label = f"{name} {dtype} speculative compiled alone"
         out[name] = _stage(label, alone, engine, batch, "speculative")
     return out
@@ -264,6 +279,12 @@ def run(config: Config, workers: int) -> list[dict]:
     return sorted(rows, key=lambda r: (r["dtype"], r["comparison"], r["pair"]))
 
 
+def machine(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine()
+
+
 def _fmt(value: object) -> str:
     if value is None:
         return "–"
@@ -290,7 +311,7 @@ def markdown_table(rows: list[dict], new_tokens: int) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], new_tokens: int, path: Path) -> None:
+def plot(rows: list[dict], new_tokens: int, device: str, path: Path) -> None:
     """Where first divergences fall, one strip per comparison and pair, a panel per dtype."""
     import matplotlib
 
@@ -317,7 +338,7 @@ def plot(rows: list[dict], new_tokens: int, path: Path) -> None:
         ax.set_xlabel("first divergent new-token position (rows that diverge)")
         ax.set_title(dtype)
         ax.grid(alpha=0.3)
-    fig.suptitle("Greedy agreement on CPU: where rows first part from their baseline")
+    fig.suptitle(f"Greedy agreement on {device.upper()}: where rows first part from their baseline")
     save_figure(fig, path)
 
 
@@ -333,6 +354,8 @@ def main() -> None:
     parser.add_argument("--compiled-prompts", type=int, help="default 12 (2 with --quick); 0 skips (c)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--models", type=Path, default=Path(".models"))
+    parser.add_argument("--pairs", nargs="+", choices=PAIRS, default=list(PAIRS))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]; (c) runs CUDA graphs on a GPU")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/exactness_divergence.png"))
     args = parser.parse_args()
@@ -343,14 +366,15 @@ def main() -> None:
         if args.compiled_prompts is not None
         else (2 if args.quick else 12),
         new_tokens=args.new_tokens or (32 if args.quick else 128),
-        pair_dirs=pair_dirs(args.models),
+        pair_dirs=pair_dirs(args.models, args.pairs),
+        device=args.device,
     )
     started = time.perf_counter()
     rows = run(config, args.workers)
     print(
         f"\n## Exactness per dtype ({'quick' if args.quick else 'full'}, {config.prompts} prompts x "
         f"{config.new_tokens} new tokens, compiled on {config.compiled_prompts}, greedy, K = {LOOKAHEAD}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{machine(args.device)}, {os.cpu_count()} cores, "
         f"{args.workers} workers x 1 thread, "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
@@ -359,7 +383,7 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         payload = {"config": {**config.__dict__, "lookahead": LOOKAHEAD, "max_rows": MAX_ROWS}, "rows": rows}
         args.out.write_text(json.dumps(payload, indent=2) + "\n")
-    plot(rows, config.new_tokens, args.plot)
+    plot(rows, config.new_tokens, args.device, args.plot)
     print(f"\nplot: {args.plot}")
 
 

@@ -8,7 +8,11 @@ For each compile mode (CPU: ``none`` and ``default``; CUDA: ``none`` and
 - speculative decoding with the draft = the target (acceptance α = 1, so every step
   commits K + 1 tokens) for K = 1..8, from which the verify cost v(K) follows: a step
   costs K draft passes plus one verify pass, all of one model, so
-  v(K) = step time / plain step time - K, in units of a one-token pass.
+  v(K) = step time / plain step time - K, in units of a one-token pass;
+- the goodput policy at batch 1, 8 and 32 over the target-only rate (``x plain``), with
+  the steps it ran per K: on the random-weight CUDA pair the draft is independent of
+  the target (acceptance near 0), so it must switch speculation off and match plain
+  decoding.
 
 ``--device cpu --quick``: the embedded tiny pair (``.models/tiny``, built if missing).
 ``--device cuda``: random-initialised Qwen3-8B and Qwen3-0.6B shapes in bf16 (configs
@@ -27,6 +31,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specbatch.decoding import Engine, GenerationRequest, ModelPair, load_model_pair, pair_from_models  # noqa: E402
+from specbatch.decoding.compiled import COMPILE_MODES  # noqa: E402
 from specbatch.decoding.production_shapes import QWEN3_0_6B, QWEN3_8B, qwen3_config  # noqa: E402
 from specbatch.decoding.tiny import build_tiny_pair  # noqa: E402
 from specbatch.decoding.tokenizer_build import build_qwen3_sized_tokenizer  # noqa: E402
@@ -137,8 +143,8 @@ def timed_rate(engine: Engine, batch: int, new_tokens: int, mode: str, repeats: 
 
 def measure(
     pair: ModelPair, same: ModelPair, compile: str, work: DecodeRun, device: str, limits: dict
-) -> list[dict]:
-    rows = []
+) -> Iterator[dict]:
+    """Each row as it is measured."""
     target_rate: dict[int, float] = {}
     for batch in BATCHES:
         engine = Engine(pair, lookahead=0, compile=compile, max_rows=batch)
@@ -146,39 +152,50 @@ def measure(
         target_rate[batch] = rate
         draft_engine = Engine(pair, lookahead=0, compile=compile, max_rows=batch)
         draft_rate = timed_rate(draft_engine, batch, work.new_tokens, "draft_only", work.repeats)
-        rows.append(
-            {
-                "device": device,
-                "compile": compile,
-                "kind": "target_only",
-                "batch": batch,
-                "lookahead": 0,
-                "tokens_per_s": rate,
-                "bandwidth_limit_tokens_per_s": limits[batch],
-                "bandwidth_fraction": rate / limits[batch],
-                "cost_ratio": rate / draft_rate,
-                "verify_cost": None,
-            }
-        )
+        yield {
+            "device": device,
+            "compile": compile,
+            "kind": "target_only",
+            "batch": batch,
+            "lookahead": 0,
+            "tokens_per_s": rate,
+            "bandwidth_limit_tokens_per_s": limits[batch],
+            "bandwidth_fraction": rate / limits[batch],
+            "cost_ratio": rate / draft_rate,
+            "verify_cost": None,
+        }
+        goodput_engine = Engine(pair, lookahead="goodput", compile=compile, max_rows=batch)
+        goodput_rate = timed_rate(goodput_engine, batch, work.new_tokens, "speculative", work.repeats)
+        yield {
+            "device": device,
+            "compile": compile,
+            "kind": "goodput",
+            "batch": batch,
+            "lookahead": None,
+            "tokens_per_s": goodput_rate,
+            "bandwidth_limit_tokens_per_s": limits[batch],
+            "bandwidth_fraction": goodput_rate / limits[batch],
+            "cost_ratio": None,
+            "verify_cost": None,
+            "over_target_only": goodput_rate / rate,
+            "steps_by_lookahead": goodput_engine.lookahead_steps,
+        }
     for k in LOOKAHEADS:
         engine = Engine(same, lookahead=k, compile=compile, max_rows=1)
         rate = timed_rate(engine, 1, work.spec_tokens, "speculative", work.repeats)
         step_over_plain = (k + 1) * target_rate[1] / rate  # seconds per step / seconds per plain step
-        rows.append(
-            {
-                "device": device,
-                "compile": compile,
-                "kind": "speculative_alpha1",
-                "batch": 1,
-                "lookahead": k,
-                "tokens_per_s": rate,
-                "bandwidth_limit_tokens_per_s": limits[1],
-                "bandwidth_fraction": rate / limits[1],
-                "cost_ratio": None,
-                "verify_cost": step_over_plain - k,
-            }
-        )
-    return rows
+        yield {
+            "device": device,
+            "compile": compile,
+            "kind": "speculative_alpha1",
+            "batch": 1,
+            "lookahead": k,
+            "tokens_per_s": rate,
+            "bandwidth_limit_tokens_per_s": limits[1],
+            "bandwidth_fraction": rate / limits[1],
+            "cost_ratio": None,
+            "verify_cost": step_over_plain - k,
+        }
 
 
 def table(rows: list[dict], modes: list[str]) -> str:
@@ -189,15 +206,17 @@ def table(rows: list[dict], modes: list[str]) -> str:
     )
     header = ["measure", "batch", "K"]
     for mode in modes:
-        header += [f"tok/s {mode}", f"of limit {mode}", f"c / v(K) {mode}"]
+        header += [f"tok/s {mode}", f"of limit {mode}", f"c / v(K) / x plain {mode}"]
     header.append("speed-up")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for kind, batch, k in keys:
-        cells = [kind.replace("_", " "), str(batch), str(k)]
+        cells = [kind.replace("_", " "), str(batch), "–" if k is None else str(k)]
         rates = []
         for mode in modes:
             row = by_key[kind, batch, k, mode]
-            extra = row["cost_ratio"] if kind == "target_only" else row["verify_cost"]
+            extra = {"target_only": row["cost_ratio"], "goodput": row.get("over_target_only")}.get(
+                kind, row["verify_cost"]
+            )
             cells += [f"{row['tokens_per_s']:.1f}", f"{row['bandwidth_fraction']:.1%}", f"{extra:.2f}"]
             rates.append(row["tokens_per_s"])
         cells.append(f"{rates[-1] / rates[0]:.2f}x")
@@ -239,13 +258,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer tokens per measurement")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_gpu.json")
     parser.add_argument("--plot", type=Path, default=None, help="PNG of throughput and verify cost")
+    parser.add_argument(
+        "--modes", nargs="+", choices=COMPILE_MODES, help="compile modes in order (default: eager, compiled)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    modes = ["none", "default"] if device.type == "cpu" else ["none", "cuda_graphs"]
+    modes = args.modes or (["none", "default"] if device.type == "cpu" else ["none", "cuda_graphs"])
     work = DecodeRun(24, 27, repeats=3) if args.quick else DecodeRun(96, 108, repeats=5)
     scratch = args.out.parent / "bench_gpu_tokenizer"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -253,9 +275,6 @@ def main() -> None:
     bandwidth = memory_bandwidth(device)
     weights = weight_bytes(pair.hf_target)
     limits = {batch: batch * bandwidth / weights for batch in BATCHES}
-    started = time.perf_counter()
-    with torch.inference_mode():
-        rows = [row for mode in modes for row in measure(pair, same, mode, work, args.device, limits)]
     machine = (
         torch.cuda.get_device_name(device)
         if device.type == "cuda"
@@ -266,11 +285,17 @@ def main() -> None:
         "machine": f"{machine}, {torch.get_num_threads()} threads, torch {torch.__version__}",
         "bandwidth_bytes_per_s": bandwidth,
         "target_weight_bytes": weights,
-        "seconds": time.perf_counter() - started,
-        "rows": rows,
+        "rows": [],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    started = time.perf_counter()
+    for mode in modes:
+        with torch.inference_mode():
+            for row in measure(pair, same, mode, work, args.device, limits):
+                report["rows"].append(row)
+                report["seconds"] = time.perf_counter() - started
+                args.out.write_text(json.dumps(report, indent=2))  # kept as it comes: compiling is slow
+    rows = report["rows"]
     print(
         f"{label}; {report['machine']}; bandwidth {bandwidth / 1e9:.1f} GB/s; "
         f"target weights {weights / 1e6:.1f} MB"

@@ -465,15 +465,21 @@ def plot(cells: list[dict], path: Path) -> None:
     save_figure(fig, path, dpi=110)
 
 
-def load_pair(name: str, models: Path) -> ModelPair:
+def load_pair(name: str, models: Path, device: str = "cpu") -> ModelPair:
     spec, alpha, _ = PAIRS[name]
     directory = (
         models / ("controlled_bench" if spec is BENCH_SPEC else "controlled_tiny") / name.split("-")[0]
     )
     target, draft = build_controlled_pair(directory, spec, alpha)
-    pair = load_model_pair(str(target), str(draft))
+    pair = load_model_pair(str(target), str(draft), device=device)
     pair.eos_token_ids.clear()  # every row runs its full budget
     return pair
+
+
+def machine(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -496,6 +502,7 @@ def main() -> None:
     parser.add_argument(
         "--slice", type=float, default=0.5, help="seconds an engine holds the relay at a time"
     )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (bfloat16 on a GPU)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_lookahead.png"))
     args = parser.parse_args()
@@ -513,15 +520,14 @@ def main() -> None:
     started = time.perf_counter()
     rows: list[dict] = []
     for name in tqdm(args.pairs, desc="pairs"):
-        rows.extend(measure_pair(name, load_pair(name, args.models), args))
+        rows.extend(measure_pair(name, load_pair(name, args.models, args.device), args))
     cells = [cell_summary(rows, p, c) for p in args.pairs for c in args.concurrency]
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     print(
         f"\n## K policies, closed loop ({'quick' if args.quick else 'full'}, commit {commit}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"{torch.get_num_threads()} threads, "
+        f"{machine(args.device)}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, "
         f"{args.rounds} rounds of {args.warm:.1f} s + {WARM_PER_CLIENT} s per client + {args.window:.1f} s "
         f"windows in {args.slice:.2f} s slices (all twice as long on a90-12L), "
         f"{time.perf_counter() - started:.0f} s)\n"
