@@ -39,7 +39,6 @@ from specbatch.decoding.lookahead import (
     BatchShape,
     LookaheadPolicy,
     StepOutcome,
-    catch_up_share,
     make_lookahead,
 )
 from specbatch.decoding.pair import ModelPair
@@ -453,15 +452,9 @@ class Engine:
             self.prefixes.record(row)
 
     def _catch_up(self, rows: list[Row]) -> None:
-        """Feed lagging drafts what they missed (one prefill chunk); each row owes its
-        share of the pass's seconds, by tokens fed, to the speculative steps it enables."""
-        before = [r.draft_cached for r in rows]
-        started = time.perf_counter()
-        fed = self.runner.prefill(rows, "draft", self.prefill_chunk, self._draft_writable_end)
-        seconds = time.perf_counter() - started
-        for row, cached in zip(rows, before, strict=True):
-            if fed:
-                row.catch_up_seconds += seconds * (row.draft_cached - cached) / fed
+        """Feed lagging drafts what they missed (one prefill chunk). The policy priced
+        this when it chose to speculate; paid, it is no part of any step's record."""
+        self.runner.prefill(rows, "draft", self.prefill_chunk, self._draft_writable_end)
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)
@@ -489,50 +482,22 @@ class Engine:
         self._memory.observe(self._running, self.pool)
         committed: dict[Row, list[int]] = {}
         self._lookahead_steps[k if spec_rows else 0] += 1
-        started, counts = time.perf_counter(), []
+        counts: list[int] = []
         if spec_rows:
+            started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
             self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
-        beside_started = time.perf_counter()
+            self._record_step(spec_rows, k, committed, counts, time.perf_counter() - started)
         if plain_target:
+            started = time.perf_counter()
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
-        if spec_rows:
-            deferred = self._defer_beside(plain_target, time.perf_counter() - beside_started)
-            seconds = time.perf_counter() - started - deferred + self._catch_up_charge(spec_rows, committed)
-            self._record_step(spec_rows, plain_target, k, committed, counts, seconds)
-        elif plain_target:
-            self._record_step(plain_target, [], 0, committed, counts, time.perf_counter() - started)
+            if not spec_rows:
+                self._record_step(plain_target, 0, committed, counts, time.perf_counter() - started)
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
         return committed
-
-    def _defer_beside(self, plain_rows: list[Row], seconds: float) -> float:
-        """Move the seconds of the plain pass that ran beside a speculative one onto the
-        lagging rows it served, as draft catch-up they owe (see :func:`catch_up_share`);
-        the seconds moved. A row lags when speculation has just been switched on (every
-        running row) or when it has just been admitted: charged whole to this step, the
-        switch would look ruinous and the policy would switch straight back, so the pass
-        is spread over the speculative steps that catching up makes possible. A
-        target-only row's share stays with the step."""
-        lagging = [r for r in plain_rows if r.mode == "speculative"]
-        if not lagging:
-            return 0.0
-        share = seconds / len(plain_rows)
-        for row in lagging:
-            row.catch_up_seconds += share
-        return share * len(lagging)
-
-    def _catch_up_charge(self, spec_rows: list[Row], committed: dict[Row, list[int]]) -> float:
-        """The draft catch-up seconds this speculative step is charged (see
-        :func:`catch_up_share`); the rows owe that much less."""
-        total = 0.0
-        for row in spec_rows:
-            share = catch_up_share(row.catch_up_seconds, len(committed[row]), row.remaining)
-            row.catch_up_seconds -= share
-            total += share
-        return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
         prior = self._acceptance.optimistic_alpha
@@ -540,6 +505,7 @@ class Engine:
             alphas=[r.alpha(prior) for r in rows],
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
+            lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],
         )
 
     def _choose_lookahead(self, rows: list[Row]) -> int:
@@ -549,28 +515,20 @@ class Engine:
         return max(0, min(k, max(r.remaining for r in rows) - 1))
 
     def _record_step(
-        self,
-        rows: list[Row],
-        beside: list[Row],
-        k: int,
-        committed: dict[Row, list[int]],
-        accepted: list[int],
-        seconds: float,
+        self, rows: list[Row], k: int, committed: dict[Row, list[int]], accepted: list[int], seconds: float
     ) -> None:
-        """Tell the policy what choosing K delivered (a plain step: K = 0, ``rows`` all of
-        the target's step). With K > 0, ``rows`` speculated and ``beside`` (rows whose
-        draft lags, or target-only rows) ran a plain pass of their own; ``accepted`` has
-        one count per speculative row. The step's tokens count every row's, so the
-        policy compares them with a prediction of the step as it ran."""
+        """Tell the policy what choosing K delivered for the ``rows`` that ran it (K = 0:
+        a plain step); ``accepted`` has one count per speculative row. Rows beside a
+        speculative step (a lagging draft, a target-only request) ran a pass of their
+        own and are left out, so each K is judged on the rows that ran it."""
         self.lookahead.record(
             StepOutcome(
                 lookahead=k,
                 batch=self._batch_shape(rows),
                 drafted=k * len(accepted),
                 accepted=sum(accepted),
-                committed=sum(len(committed[r]) for r in rows + beside),
+                committed=sum(len(committed[r]) for r in rows),
                 seconds=seconds,
-                plain_beside=len(beside),
             )
         )
 

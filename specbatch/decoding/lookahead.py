@@ -7,7 +7,11 @@
   what each K then actually delivered corrects it (:mod:`specbatch.decoding.realised`).
   K = 0 is plain target decoding and always a candidate, so where speculation does
   not pay (low acceptance, or under load where verify costs grow with K) it switches
-  itself off instead of slowing the server down.
+  itself off instead of slowing the server down. The draft is fed only while the
+  policy speculates, so switching speculation on (or admitting a row while it is on)
+  first catches the lagging drafts up: that prefill is priced into each K > 0 when it
+  is chosen, spread over the tokens it lets the rows speculate, and forgotten once
+  paid (a sunk cost says nothing of which K is best next).
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].
@@ -59,22 +63,23 @@ def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
 
 @dataclass(frozen=True)
 class BatchShape:
-    """What the choice of K looks at: per row acceptance and tokens left, and the
-    longest row's length (every row of a pass reads that span)."""
+    """What the choice of K looks at: per row acceptance and tokens left, the longest
+    row's length (every row of a pass reads that span) and, per row, the tokens its
+    draft must be fed before it can speculate (empty: no draft lags)."""
 
     alphas: Sequence[float]
     remaining: Sequence[int]
     span: int
+    lags: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
 class StepOutcome:
     """What one decode step delivered for the rows that ran it with K = ``lookahead``
     (0: a plain step): the batch they formed, the draft tokens proposed and accepted,
-    the tokens committed and the seconds the step's passes took. ``plain_beside`` rows
-    (whose draft lagged, or target-only rows) ran a plain pass beside the speculative
-    ones and committed one token each, counted in ``committed``; the lagging rows' share
-    of that pass's seconds is charged as their draft catch-up, not to this step."""
+    the tokens committed and the seconds the step's passes took. Rows that ran a plain
+    pass beside a speculative step (a lagging draft, a target-only request) are not
+    part of it: the policy judges each K on the rows that ran it."""
 
     lookahead: int
     batch: BatchShape
@@ -82,19 +87,6 @@ class StepOutcome:
     accepted: int
     committed: int
     seconds: float
-    plain_beside: int = 0
-
-
-def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
-    """The part of a row's ``outstanding`` draft catch-up seconds charged to a
-    speculative step that committed ``committed`` of its ``remaining`` tokens.
-
-    A draft lags after plain steps (it is not fed while K = 0) and is caught up by a
-    prefill before the row speculates again. That time is what switching speculation
-    on costs: left out, speculation looks cheaper than it is. Charged whole to the
-    next step, it makes that one step look ruinous and the policy switches straight
-    back. So it is spread evenly over the tokens the catch-up lets the row speculate."""
-    return outstanding * min(1.0, committed / max(1, remaining))
 
 
 class LookaheadPolicy(Protocol):
@@ -188,7 +180,32 @@ class GoodputLookahead:
         verify_span = span + lookahead
         fed = rows * (self.verify_columns(lookahead) + 1)
         verify_pass = self.target_costs.predict(fed, rows * verify_span, fed * verify_span)
-        return committed, lookahead * draft_pass + verify_pass + overhead
+        step = lookahead * draft_pass + verify_pass + overhead
+        return committed, step + self.switch_seconds(batch, lookahead)
+
+    def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
+        """The draft catch-up that speculating with K = ``lookahead`` needs first, per
+        step: one prefill of every lagging draft, each row's share (by tokens fed)
+        spread over the tokens it has left at the rate K commits them. A row about to
+        finish cannot repay a long catch-up, one with many tokens left can; a row
+        whose draft is caught up costs nothing more, whatever its catch-up cost."""
+        if not batch.lags or lookahead == 0:
+            return 0.0
+        lagging = [
+            (lag, alpha, remaining)
+            for lag, alpha, remaining in zip(batch.lags, batch.alphas, batch.remaining, strict=True)
+            if lag > 0
+        ]
+        if not lagging:
+            return 0.0
+        fed = sum(lag for lag, _, _ in lagging)
+        rows = len(lagging)
+        padded = rows * max(lag for lag, _, _ in lagging)
+        catch_up = self.draft_costs.predict(padded, rows * batch.span, padded * batch.span)
+        return sum(
+            catch_up * lag / fed * expected_tokens(alpha, lookahead, remaining) / max(1, remaining)
+            for lag, alpha, remaining in lagging
+        )
 
     def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
         """(committed tokens, seconds) of one step with each K of ``lookaheads``: the
@@ -225,19 +242,12 @@ class GoodputLookahead:
         return best_k
 
     def record(self, step: StepOutcome) -> None:
-        """Compare what the step delivered with what was predicted for the step as it ran:
-        its speculative rows at its K, and one token from each row beside them. Predicted
-        as if every row had speculated, a step just after speculation was switched on
-        (most drafts lagging) would read as a K delivering a third of its tokens, and
-        speculation would never be switched on for long."""
+        """Compare what the step delivered with what was predicted for it."""
         if not step.batch.alphas:
             return
         tokens, seconds = self.predict(step.batch, step.lookahead)
         self.realised.record(
-            len(step.batch.alphas) + step.plain_beside,
-            step.lookahead,
-            (tokens + step.plain_beside, seconds),
-            (step.committed, step.seconds),
+            len(step.batch.alphas), step.lookahead, (tokens, seconds), (step.committed, step.seconds)
         )
 
 

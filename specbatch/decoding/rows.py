@@ -68,7 +68,6 @@ class Row:
     accepted: int = 0
     rejections: int = 0
     preemptions: int = 0
-    catch_up_seconds: float = 0.0  # draft catch-up not yet charged to a speculative step
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 
