@@ -39,6 +39,7 @@ from specbatch.decoding.lookahead import (
     BatchShape,
     LookaheadPolicy,
     StepOutcome,
+    catch_up_share,
     make_lookahead,
 )
 from specbatch.decoding.pair import ModelPair
@@ -452,9 +453,20 @@ class Engine:
             self.prefixes.record(row)
 
     def _catch_up(self, rows: list[Row]) -> None:
-        """Feed lagging drafts what they missed (one prefill chunk). The policy priced
-        this when it chose to speculate; paid, it is no part of any step's record."""
-        self.runner.prefill(rows, "draft", self.prefill_chunk, self._draft_writable_end)
+        """Feed lagging drafts what they missed (one prefill chunk). A lag the policy saw
+        when it chose to speculate was priced then and is not charged again. A row
+        admitted while speculating is caught up before any choice sees it: its draft's
+        prefill is what speculating costs per new row, a standing cost, so the row owes
+        its share of the pass (by tokens fed) to the speculative steps it enables."""
+        before = [r.draft_cached for r in rows]
+        started = time.perf_counter()
+        fed = self.runner.prefill(rows, "draft", self.prefill_chunk, self._draft_writable_end)
+        seconds = time.perf_counter() - started
+        for row, cached in zip(rows, before, strict=True):
+            if fed and not row.lag_priced:
+                row.catch_up_seconds += seconds * (row.draft_cached - cached) / fed
+            if not _lags(row):
+                row.lag_priced = False
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)
@@ -488,7 +500,8 @@ class Engine:
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
             self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
-            self._record_step(spec_rows, k, committed, counts, time.perf_counter() - started)
+            seconds = time.perf_counter() - started + self._catch_up_charge(spec_rows, committed)
+            self._record_step(spec_rows, k, committed, counts, seconds)
         if plain_target:
             started = time.perf_counter()
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
@@ -498,6 +511,16 @@ class Engine:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
         return committed
+
+    def _catch_up_charge(self, spec_rows: list[Row], committed: dict[Row, list[int]]) -> float:
+        """The newcomers' draft catch-up this speculative step is charged (see
+        :func:`catch_up_share`); the rows owe that much less."""
+        total = 0.0
+        for row in spec_rows:
+            share = catch_up_share(row.catch_up_seconds, len(committed[row]), row.remaining)
+            row.catch_up_seconds -= share
+            total += share
+        return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
         prior = self._acceptance.optimistic_alpha
@@ -511,6 +534,8 @@ class Engine:
     def _choose_lookahead(self, rows: list[Row]) -> int:
         if not rows:
             return 0
+        for row in rows:
+            row.lag_priced = row.lag_priced or _lags(row)
         k = self.lookahead.choose(self._batch_shape(rows))
         return max(0, min(k, max(r.remaining for r in rows) - 1))
 

@@ -11,7 +11,9 @@
   policy speculates, so switching speculation on (or admitting a row while it is on)
   first catches the lagging drafts up: that prefill is priced into each K > 0 when it
   is chosen, spread over the tokens it lets the rows speculate, and forgotten once
-  paid (a sunk cost says nothing of which K is best next).
+  paid (a sunk cost says nothing of which K is best next). A row admitted while the
+  policy speculates has its draft prefilled before any choice sees it: a standing
+  cost of speculating, which the engine charges to the speculative steps it enables.
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].
@@ -87,6 +89,14 @@ class StepOutcome:
     accepted: int
     committed: int
     seconds: float
+
+
+def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
+    """The part of a row's ``outstanding`` draft catch-up seconds charged to a
+    speculative step that committed ``committed`` of its ``remaining`` tokens: spread
+    evenly over the tokens the catch-up lets the row speculate, so no one step looks
+    ruinous and the whole is paid by the row's last token."""
+    return outstanding * min(1.0, committed / max(1, remaining))
 
 
 class LookaheadPolicy(Protocol):

@@ -20,6 +20,7 @@ from specbatch.decoding.lookahead import (
     GoodputLookahead,
     RuleLookahead,
     StepOutcome,
+    catch_up_share,
     expected_tokens,
     next_lookahead,
 )
@@ -239,6 +240,17 @@ def test_goodput_prices_catching_a_draft_up_by_the_tokens_left_to_repay_it() -> 
         policy.draft_costs.predict(300, 300, 300 * 300) * expected_tokens(0.9, 4, 100) / 100
     )
     assert policy.switch_seconds(one, 0) == 0.0
+
+
+def test_a_newcomers_catch_up_is_spread_over_the_tokens_it_lets_the_row_speculate() -> None:
+    assert catch_up_share(0.3, committed=3, remaining=30) == pytest.approx(0.03)
+    assert catch_up_share(0.3, committed=0, remaining=30) == 0.0
+    assert catch_up_share(0.3, committed=5, remaining=4) == 0.3, "the last step pays what is left"
+    owed, charged = 0.3, 0.0
+    for remaining in range(30, 0, -3):
+        share = catch_up_share(owed, committed=3, remaining=remaining)
+        owed, charged = owed - share, charged + share
+    assert charged == pytest.approx(0.3) and owed == pytest.approx(0.0)
 
 
 def _run_with_lag(
