@@ -495,18 +495,21 @@ class Engine:
         committed: dict[Row, list[int]] = {}
         self._lookahead_steps[k if spec_rows else 0] += 1
         counts: list[int] = []
+        seconds = 0.0
         if spec_rows:
             started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
             self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
             seconds = time.perf_counter() - started + self._catch_up_charge(spec_rows, committed)
-            self._record_step(spec_rows, k, committed, counts, seconds)
         if plain_target:
             started = time.perf_counter()
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
-            if not spec_rows:
-                self._record_step(plain_target, 0, committed, counts, time.perf_counter() - started)
+            seconds += time.perf_counter() - started
+        if spec_rows:
+            self._record_step(spec_rows, plain_target, k, committed, counts, seconds)
+        elif plain_target:
+            self._record_step(plain_target, [], 0, committed, counts, seconds)
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
@@ -540,20 +543,28 @@ class Engine:
         return max(0, min(k, max(r.remaining for r in rows) - 1))
 
     def _record_step(
-        self, rows: list[Row], k: int, committed: dict[Row, list[int]], accepted: list[int], seconds: float
+        self,
+        rows: list[Row],
+        beside: list[Row],
+        k: int,
+        committed: dict[Row, list[int]],
+        accepted: list[int],
+        seconds: float,
     ) -> None:
-        """Tell the policy what choosing K delivered for the ``rows`` that ran it (K = 0:
-        a plain step); ``accepted`` has one count per speculative row. Rows beside a
-        speculative step (a lagging draft, a target-only request) ran a pass of their
-        own and are left out, so each K is judged on the rows that ran it."""
+        """Tell the policy what choosing K delivered (K = 0: a plain step of ``rows``).
+        With K > 0, ``rows`` speculated and ``beside`` (a lagging draft, a target-only
+        request) ran a plain pass of their own: a pass plain decoding would not run, so
+        its seconds are the step's, and so are the token each of those rows committed;
+        ``accepted`` has one count per speculative row."""
         self.lookahead.record(
             StepOutcome(
                 lookahead=k,
                 batch=self._batch_shape(rows),
                 drafted=k * len(accepted),
                 accepted=sum(accepted),
-                committed=sum(len(committed[r]) for r in rows),
+                committed=sum(len(committed[r]) for r in rows + beside),
                 seconds=seconds,
+                plain_beside=len(beside),
             )
         )
 

@@ -79,9 +79,9 @@ class BatchShape:
 class StepOutcome:
     """What one decode step delivered for the rows that ran it with K = ``lookahead``
     (0: a plain step): the batch they formed, the draft tokens proposed and accepted,
-    the tokens committed and the seconds the step's passes took. Rows that ran a plain
-    pass beside a speculative step (a lagging draft, a target-only request) are not
-    part of it: the policy judges each K on the rows that ran it."""
+    the tokens committed and the seconds the step's passes took. ``plain_beside`` rows
+    (a lagging draft, a target-only request) ran a plain pass beside the speculative
+    ones, one token each, counted in ``committed`` and their pass in ``seconds``."""
 
     lookahead: int
     batch: BatchShape
@@ -89,6 +89,7 @@ class StepOutcome:
     accepted: int
     committed: int
     seconds: float
+    plain_beside: int = 0
 
 
 def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
@@ -252,12 +253,18 @@ class GoodputLookahead:
         return best_k
 
     def record(self, step: StepOutcome) -> None:
-        """Compare what the step delivered with what was predicted for it."""
+        """Compare what the step delivered with what was predicted for it: its
+        speculative rows at its K and one token from each row beside them. The pass
+        those rows ran is left to the correction: it is what speculating costs where
+        rows keep joining (their drafts lag until caught up) or ask for plain decoding."""
         if not step.batch.alphas:
             return
         tokens, seconds = self.predict(step.batch, step.lookahead)
         self.realised.record(
-            len(step.batch.alphas), step.lookahead, (tokens, seconds), (step.committed, step.seconds)
+            len(step.batch.alphas) + step.plain_beside,
+            step.lookahead,
+            (tokens + step.plain_beside, seconds),
+            (step.committed, step.seconds),
         )
 
 

@@ -326,11 +326,12 @@ class _SwitchOn:
         self.outcomes.append((self.offered[-1], step))
 
 
-def test_a_speculative_step_reports_only_the_rows_that_speculated(pair, reference) -> None:
+def test_a_speculative_step_reports_the_rows_beside_it_apart(pair, reference) -> None:
     # After plain steps every draft lags and is caught up a chunk at a time; meanwhile
     # the lagging rows run a plain pass beside the speculative one. The policy is shown
-    # the lags when it chooses, and told of the speculative rows alone, so K is judged
-    # on the rows that ran it; the output stays exact.
+    # the lags when it chooses; the step reports its speculative rows as its batch and
+    # the rows beside (one token each) apart, so K is judged on what ran at K; and the
+    # output stays exact.
     rows = prompts(4, pair.vocab_size, seed=5, min_len=12, max_len=16)
     engine = Engine(pair, prefill_chunk=8)
     policy = _SwitchOn(plain=6)
@@ -338,11 +339,48 @@ def test_a_speculative_step_reports_only_the_rows_that_speculated(pair, referenc
     results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
     for result, prompt in zip(results, rows, strict=True):
         assert result.tokens == reference(tuple(prompt))
-    mixed = [(offered, o) for offered, o in policy.outcomes if o.lookahead == 4 and any(offered.lags)]
+    mixed = [(offered, o) for offered, o in policy.outcomes if o.lookahead == 4 and o.plain_beside]
     assert mixed, "no step ran speculative rows beside lagging ones"
     for offered, outcome in mixed:
         speculated = len(outcome.batch.alphas)
-        assert speculated == sum(1 for lag in offered.lags if lag == 0) < len(offered.lags)
+        assert speculated == sum(1 for lag in offered.lags if lag == 0)
+        assert speculated + outcome.plain_beside == len(offered.lags)
         assert not any(outcome.batch.lags)
         assert outcome.drafted == 4 * speculated
-        assert speculated <= outcome.committed <= 5 * speculated
+        assert speculated + outcome.plain_beside <= outcome.committed <= 5 * speculated + outcome.plain_beside
+
+
+def test_a_row_admitted_while_speculating_owes_its_drafts_prefill(pair, reference) -> None:
+    # Rows whose drafts lagged through plain steps are seen lagging by the choice that
+    # switches speculation on, which prices their catch-up: they owe nothing for it. A
+    # row admitted while speculating is caught up before any choice sees it, so it owes
+    # its draft's prefill to the speculative steps it enables. Output stays exact.
+    rows = prompts(4, pair.vocab_size, seed=9, min_len=12, max_len=16)
+    engine = Engine(pair, prefill_chunk=64)
+    engine.lookahead = _SwitchOn(plain=6)
+    owed: dict[int, float] = {}
+    catch_up = engine._catch_up
+
+    def recording(lagging: list) -> None:
+        catch_up(lagging)
+        for row in lagging:
+            owed[row.handle.row_id] = max(owed.get(row.handle.row_id, 0.0), row.catch_up_seconds)
+
+    engine._catch_up = recording
+    late = _Collect(1)
+    late_ids: list[int] = []
+
+    def join_while_speculating(sink: _Collect) -> None:
+        if len(sink.steps) == 10 and not late_ids:
+            request = GenerationRequest(rows[3], max_new_tokens=NEW_TOKENS)
+            late_ids.extend(h.row_id for h in engine.submit_many([request], late))
+
+    early = _Collect(3, on_tokens=join_while_speculating)
+    requests = [GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows[:3]]
+    early_ids = [h.row_id for h in engine.submit_many(requests, early)]
+    early_results, late_results = early.wait(), late.wait()
+    for key, prompt in enumerate(rows[:3]):
+        assert early_results[key].tokens == reference(tuple(prompt))
+    assert late_results[0].tokens == reference(tuple(rows[3]))
+    assert all(owed[row_id] == 0.0 for row_id in early_ids), "a priced lag is not charged again"
+    assert owed[late_ids[0]] > 0.0, "a newcomer's draft prefill is a cost of speculating"

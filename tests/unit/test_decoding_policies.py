@@ -342,3 +342,23 @@ def test_shapes_pad_to_buckets_only_when_static() -> None:
     assert [static.span(n) for n in (1, 64, 65, 1000)] == [64, 64, 128, 1024]
     assert static.lookahead(3) == 8
     assert (exact.batch(5), exact.width(3), exact.span(65), exact.lookahead(3)) == (5, 3, 65, 3)
+
+
+def test_rows_that_ran_beside_a_speculative_step_do_not_count_as_its_lost_tokens() -> None:
+    # Just after speculation is switched on most drafts lag: those rows run a plain pass
+    # beside the speculative one and commit one token each. A step that delivered exactly
+    # what was predicted for what ran must leave the K's token correction at 1, not read
+    # as a K delivering a third of its tokens.
+    policy = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
+    )
+    speculating = BatchShape(alphas=[0.9], remaining=[100], span=100)
+    for _ in range(20):
+        tokens, seconds = policy.predict(speculating, 4)
+        policy.record(StepOutcome(4, speculating, 4, 3, round(tokens) + 3, seconds, plain_beside=3))
+        assert policy.realised.corrections(4, [4])[0][0] == pytest.approx(
+            (round(tokens) + 3) / (tokens + 3), rel=0.05
+        )
+    [(token_factor, time_factor)] = policy.realised.corrections(4, [4])
+    assert token_factor > 0.95
+    assert time_factor == pytest.approx(1.0)
