@@ -38,7 +38,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import threading
@@ -52,6 +51,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from bench_gpu import machine
 from bench_specdec import bench_prompts
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
@@ -277,12 +277,6 @@ def run(config: Config, workers: int) -> list[dict]:
             eager = got["speculative alone"]["tokens"]
             rows.append(compare(name, dtype, COMPILED, compiled_runs[dtype][name], eager, reference))
     return sorted(rows, key=lambda r: (r["dtype"], r["comparison"], r["pair"]))
-
-
-def machine(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    return platform.processor() or platform.machine()
 
 
 def _fmt(value: object) -> str:

@@ -141,10 +141,33 @@ def timed_rate(engine: Engine, batch: int, new_tokens: int, mode: str, repeats: 
     return statistics.median(decode_rate(engine, batch, new_tokens, mode) for _ in range(repeats))
 
 
+def machine(device: str) -> str:
+    """The device's name as the tables report it: the GPU's, or the CPU's."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine()
+
+
 def measure(
     pair: ModelPair, same: ModelPair, compile: str, work: DecodeRun, device: str, limits: dict
 ) -> Iterator[dict]:
     """Each row as it is measured."""
+
+    def row(kind: str, batch: int, lookahead: int | None, rate: float, **extra: object) -> dict:
+        return {
+            "device": device,
+            "compile": compile,
+            "kind": kind,
+            "batch": batch,
+            "lookahead": lookahead,
+            "tokens_per_s": rate,
+            "bandwidth_limit_tokens_per_s": limits[batch],
+            "bandwidth_fraction": rate / limits[batch],
+            "cost_ratio": None,
+            "verify_cost": None,
+            **extra,
+        }
+
     target_rate: dict[int, float] = {}
     for batch in BATCHES:
         engine = Engine(pair, lookahead=0, compile=compile, max_rows=batch)
@@ -152,50 +175,22 @@ def measure(
         target_rate[batch] = rate
         draft_engine = Engine(pair, lookahead=0, compile=compile, max_rows=batch)
         draft_rate = timed_rate(draft_engine, batch, work.new_tokens, "draft_only", work.repeats)
-        yield {
-            "device": device,
-            "compile": compile,
-            "kind": "target_only",
-            "batch": batch,
-            "lookahead": 0,
-            "tokens_per_s": rate,
-            "bandwidth_limit_tokens_per_s": limits[batch],
-            "bandwidth_fraction": rate / limits[batch],
-            "cost_ratio": rate / draft_rate,
-            "verify_cost": None,
-        }
+        yield row("target_only", batch, 0, rate, cost_ratio=rate / draft_rate)
         goodput_engine = Engine(pair, lookahead="goodput", compile=compile, max_rows=batch)
         goodput_rate = timed_rate(goodput_engine, batch, work.new_tokens, "speculative", work.repeats)
-        yield {
-            "device": device,
-            "compile": compile,
-            "kind": "goodput",
-            "batch": batch,
-            "lookahead": None,
-            "tokens_per_s": goodput_rate,
-            "bandwidth_limit_tokens_per_s": limits[batch],
-            "bandwidth_fraction": goodput_rate / limits[batch],
-            "cost_ratio": None,
-            "verify_cost": None,
-            "over_target_only": goodput_rate / rate,
-            "steps_by_lookahead": goodput_engine.lookahead_steps,
-        }
+        yield row(
+            "goodput",
+            batch,
+            None,
+            goodput_rate,
+            over_target_only=goodput_rate / rate,
+            steps_by_lookahead=goodput_engine.lookahead_steps,
+        )
     for k in LOOKAHEADS:
         engine = Engine(same, lookahead=k, compile=compile, max_rows=1)
         rate = timed_rate(engine, 1, work.spec_tokens, "speculative", work.repeats)
         step_over_plain = (k + 1) * target_rate[1] / rate  # seconds per step / seconds per plain step
-        yield {
-            "device": device,
-            "compile": compile,
-            "kind": "speculative_alpha1",
-            "batch": 1,
-            "lookahead": k,
-            "tokens_per_s": rate,
-            "bandwidth_limit_tokens_per_s": limits[1],
-            "bandwidth_fraction": rate / limits[1],
-            "cost_ratio": None,
-            "verify_cost": step_over_plain - k,
-        }
+        yield row("speculative_alpha1", 1, k, rate, verify_cost=step_over_plain - k)
 
 
 def table(rows: list[dict], modes: list[str]) -> str:
@@ -275,14 +270,9 @@ def main() -> None:
     bandwidth = memory_bandwidth(device)
     weights = weight_bytes(pair.hf_target)
     limits = {batch: batch * bandwidth / weights for batch in BATCHES}
-    machine = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else platform.processor() or platform.machine()
-    )
     report = {
         "models": label,
-        "machine": f"{machine}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "machine": f"{machine(args.device)}, {torch.get_num_threads()} threads, torch {torch.__version__}",
         "bandwidth_bytes_per_s": bandwidth,
         "target_weight_bytes": weights,
         "rows": [],

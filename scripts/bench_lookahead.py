@@ -32,7 +32,6 @@ import itertools
 import json
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 from bench_continuous import Job, make_workload
+from bench_gpu import machine
 from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
@@ -474,12 +474,6 @@ def load_pair(name: str, models: Path, device: str = "cpu") -> ModelPair:
     pair = load_model_pair(str(target), str(draft), device=device)
     pair.eos_token_ids.clear()  # every row runs its full budget
     return pair
-
-
-def machine(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -107,17 +107,15 @@ def corpus_figures(path: Path) -> dict[str, Any]:
             route == case.task == task_score.task and handler_reads_it(corpus, case)
             for case, route in zip(corpus.cases, routed, strict=True)
         )
-        tasks.append(
-            {
-                "task": task_score.task,
-                "labelled": task_score.labelled,
-                "routed": task_score.routed,
-                "correct": task_score.correct,
-                "precision": task_score.precision,
-                "recall": task_score.recall,
-                "handler_right": right,
-            }
-        )
+        tasks.append({
+            "task": task_score.task,
+            "labelled": task_score.labelled,
+            "routed": task_score.routed,
+            "correct": task_score.correct,
+            "precision": task_score.precision,
+            "recall": task_score.recall,
+            "handler_right": right,
+        })
     pairs = zip(corpus.cases, routed, strict=True)
     negatives = [(case, route) for case, route in pairs if case.task in ("infobench", "ambiguous")]
     ordered = sorted(micros)
@@ -168,33 +166,16 @@ def run(n: int, seed: int, corpus: Path = DEFAULT_CORPUS) -> dict[str, Any]:
     _, dense_us = timed(solve_graph, dense * 3)
 
     rows = [
-        summary(
-            "classify (structural)",
-            sum(p == w.task for p, w in zip(predicted, workload, strict=True)),
-            n,
-            classify_us,
-        ),
-        summary(
-            "classify (keyword baseline)",
-            sum(p == w.task for p, w in zip(keyword_predicted, workload, strict=True)),
-            n,
-            keyword_us,
-        ),
-        summary(
-            "solve_graph (exact answer)",
-            sum(a == g.expected for a, g in zip(answers, graphs, strict=True)),
-            len(graphs),
-            graph_us,
-        ),
-        summary(
-            "parse_mmlu (labels)",
-            sum(
-                not isinstance(q, ValueError) and q.labels == p.expected
-                for q, p in zip(parsed, questions, strict=True)
-            ),
-            len(questions),
-            mmlu_us,
-        ),
+        summary("classify (structural)", sum(p == w.task for p, w in zip(predicted, workload, strict=True)),
+                n, classify_us),
+        summary("classify (keyword baseline)",
+                sum(p == w.task for p, w in zip(keyword_predicted, workload, strict=True)), n, keyword_us),
+        summary("solve_graph (exact answer)",
+                sum(a == g.expected for a, g in zip(answers, graphs, strict=True)), len(graphs), graph_us),
+        summary("parse_mmlu (labels)",
+                sum(not isinstance(q, ValueError) and q.labels == p.expected
+                    for q, p in zip(parsed, questions, strict=True)),
+                len(questions), mmlu_us),
         summary("LengthPredictor.predict", n, n, length_us),
         summary("solve_graph, dense 20 nodes, P = 5", len(dense) * 3, len(dense) * 3, dense_us),
     ]
@@ -259,8 +240,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"Labelled corpus ({corpus['prompts']} prompts: "
-        + ", ".join(f"{count} {label}" for label, count in sorted(corpus["labels"].items()))
-        + "):",
+        + ", ".join(f"{count} {label}" for label, count in sorted(corpus["labels"].items())) + "):",
         "",
         "| route | labelled | routed | correct | precision | recall | handler reads it right |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -275,8 +255,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"Negatives (infobench and ambiguous) sent to graph or mmlu: {len(canned)} of {corpus['negatives']}"
-        + (f" ({', '.join(canned)})" if canned else "")
-        + "; "
+        + (f" ({', '.join(canned)})" if canned else "") + "; "
         f"{corpus['ambiguous_by_structure']} prompts left to the fallback.",
         f"Classification time on the corpus: median {corpus['median_us']:.1f} µs, "
         f"p99 {corpus['p99_us']:.1f} µs, max {corpus['max_us']:.1f} µs.",
