@@ -96,6 +96,8 @@ class Engine:
     ``lookahead``: ``"goodput"`` (default), ``"adaptive_rule"`` or a fixed K in 0..8.
     ``kv_memory_budget_bytes`` sizes the block pool (target + draft); by default it
     holds ``max_rows`` rows of 1024 tokens (or the context, if shorter).
+    ``prefill_chunk``: prompt tokens prefilled per iteration for each token a decoding
+    row committed in the last step (see :meth:`_prefill_budget`).
     ``compile``: ``"none"`` (eager, the reference), ``"default"`` (torch.compile) or
     ``"cuda_graphs"`` (compiled and captured as CUDA graphs; CUDA only); see
     :mod:`specbatch.decoding.compiled`.
@@ -156,6 +158,7 @@ class Engine:
         self._cycle_seconds_total = 0.0
         self._last_commit_at: float | None = None  # None: no row ran since the last commit
         self._seconds_per_token = 0.0
+        self._tokens_per_row = 1.0  # committed per decoding row in the last step
         self._preemptions = 0
         self._calibrated = False
         self._lookahead_steps: Counter[int] = Counter()
@@ -399,6 +402,7 @@ class Engine:
             cycle = ended - (started if self._last_commit_at is None else self._last_commit_at)
             self._last_commit_at = ended
             per_row = sum(len(t) for t in committed.values()) / len(committed)
+            self._tokens_per_row = per_row
             self._step_seconds = _smooth(self._step_seconds, elapsed)
             self._step_seconds_total += elapsed
             self._cycle_seconds_total += cycle
@@ -431,13 +435,21 @@ class Engine:
             self._waiting.popleft()
             self._running.append(row)
 
+    def _prefill_budget(self) -> int:
+        """Prompt tokens this iteration may prefill: ``prefill_chunk`` for every token a
+        decoding row committed in the last step. Prefill keeps pace with decoding: a
+        speculative step commits several tokens per row, so rows finish (and their
+        successors arrive) that many times faster per step; a fixed chunk per step
+        would admit them no faster, and the batch would shrink while prompts queue."""
+        return round(self.prefill_chunk * self._tokens_per_row)
+
     def _prefill(self) -> None:
         """One chunk of prompt for the decoding model; when the policy speculates, one
         chunk of catch-up for every draft that lags (a row left lagging would run a
         target pass of its own beside every speculative step). The draft is not
         prefilled eagerly: while speculation does not pay (K = 0 under load), a prompt
         costs the target alone."""
-        budget = self.prefill_chunk
+        budget = self._prefill_budget()
         for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
             if rows and budget > 0:
@@ -460,7 +472,7 @@ class Engine:
         its share of the pass (by tokens fed) to the speculative steps it enables."""
         before = [r.draft_cached for r in rows]
         started = time.perf_counter()
-        fed = self.runner.prefill(rows, "draft", self.prefill_chunk, self._draft_writable_end)
+        fed = self.runner.prefill(rows, "draft", self._prefill_budget(), self._draft_writable_end)
         seconds = time.perf_counter() - started
         for row, cached in zip(rows, before, strict=True):
             if fed and not row.lag_priced:

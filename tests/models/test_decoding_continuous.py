@@ -148,6 +148,9 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_decoding(p
     engine = Engine(pair, lookahead=2, prefill_chunk=chunk)
     fed: list[tuple[str, int]] = []
     engine.feed_observer = lambda name, keys, tokens, positions, real: fed.append((name, int(real.sum())))
+    budgets: list[int] = []
+    budget = engine._prefill_budget
+    engine._prefill_budget = lambda: budgets.append(budget()) or budgets[-1]
     short = prompts(1, pair.vocab_size, seed=25)[0]
     long_prompt = prompts(1, pair.vocab_size, seed=26, min_len=200, max_len=200)[0]
     runner = _Collect(1)
@@ -165,9 +168,14 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_decoding(p
     late.wait()
     assert late.results[0].tokens == reference(tuple(long_prompt), 4)
     assert runner.results[0].tokens == reference(tuple(short), 60)
-    assert max(count for name, count in fed) <= chunk
-    # while the long prompt was being prefilled (7 chunks), the short row got tokens every step
-    assert len(runner.steps) >= 200 // chunk
+    # prefill keeps pace with decoding: `chunk` prompt tokens per token the running row
+    # committed in the step before (1 to K + 1 = 3)
+    assert min(budgets) >= chunk and chunk < max(budgets) <= 3 * chunk
+    assert max(count for name, count in fed) <= max(budgets)
+    chunks = [count for name, count in fed if count > 3]  # a decode pass feeds at most K + 1
+    assert len(chunks) >= -(-199 // (3 * chunk))
+    # while the long prompt was being prefilled, the short row got tokens every step
+    assert len(runner.steps) >= len(chunks)
 
 
 def test_a_leaving_row_frees_its_blocks_without_moving_anyone(pair) -> None:
