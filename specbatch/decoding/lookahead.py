@@ -200,23 +200,26 @@ class GoodputLookahead:
         spread over the tokens it has left at the rate K commits them. A row about to
         finish cannot repay a long catch-up, one with many tokens left can; a row
         whose draft is caught up costs nothing more, whatever its catch-up cost."""
-        if not batch.lags or lookahead == 0:
+        if lookahead == 0:
             return 0.0
-        lagging = [
-            (lag, alpha, remaining)
-            for lag, alpha, remaining in zip(batch.lags, batch.alphas, batch.remaining, strict=True)
-            if lag > 0
-        ]
-        if not lagging:
+        catch_up = self.catch_up_seconds(batch)
+        if catch_up == 0.0:
             return 0.0
-        fed = sum(lag for lag, _, _ in lagging)
-        rows = len(lagging)
-        padded = rows * max(lag for lag, _, _ in lagging)
-        catch_up = self.draft_costs.predict(padded, rows * batch.span, padded * batch.span)
+        fed = sum(batch.lags)
         return sum(
             catch_up * lag / fed * expected_tokens(alpha, lookahead, remaining) / max(1, remaining)
-            for lag, alpha, remaining in lagging
+            for lag, alpha, remaining in zip(batch.lags, batch.alphas, batch.remaining, strict=True)
+            if lag > 0
         )
+
+    def catch_up_seconds(self, batch: BatchShape) -> float:
+        """One draft prefill of every lagging row (the fitted draft cost model): what
+        switching speculation on costs in full, before any step repays it."""
+        lags = [lag for lag in batch.lags if lag > 0]
+        if not lags:
+            return 0.0
+        padded = len(lags) * max(lags)
+        return self.draft_costs.predict(padded, len(lags) * batch.span, padded * batch.span)
 
     def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
         """(committed tokens, seconds) of one step with each K of ``lookaheads``: the
@@ -241,8 +244,12 @@ class GoodputLookahead:
         steps = self.corrected(batch, range(MAX_LOOKAHEAD + 1))
         rates = [t / s if s > 0 else float("inf") for t, s in steps]
         plain_seconds = steps[0][1]
+        # a probe of K > 0 from plain decoding pays the whole catch-up, not its share
+        probe = self.catch_up_seconds(batch)
         scores = [
-            self.realised.optimistic(rows, k, rate, s / plain_seconds if plain_seconds > 0 else 1.0)
+            self.realised.optimistic(
+                rows, k, rate, (s + (probe if k else 0.0)) / plain_seconds if plain_seconds > 0 else 1.0
+            )
             for k, (rate, (_, s)) in enumerate(zip(rates, steps, strict=True))
         ]
         best_k, best = 0, scores[0] * GOODPUT_MARGIN

@@ -25,8 +25,9 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
   K would). An arm left alone falls back, slowly, to what the cost model
   (itself refitted on every pass) predicts, and its optimism bonus grows as its
   evidence fades (discounted UCB, Garivier and Moulines 2011), so a K is retried when
-  its corrected goodput comes close to the best's. The bonus is divided by the K's
-  step time over a plain step's, since a probe of a long K costs that many steps.
+  its corrected goodput comes close to the best's. The bonus is divided by what a
+  probe costs over a plain step (the K's step, and catching lagging drafts up in
+  full), since a probe of a long K, or after long plain decoding, costs that many steps.
 """
 
 from __future__ import annotations
@@ -170,8 +171,9 @@ class RealisedGoodput:
 
     def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
         """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
-        the K's step time over a plain step's: a probe of a long K costs that many
-        plain steps, so its bonus is that much smaller."""
+        what a probe of K costs over a plain step: a long K's step, and the whole
+        catch-up of drafts that lag (a probe that ends in plain decoding again repays
+        none of it), cost that many plain steps, so its bonus is that much smaller."""
         bucket = self._buckets.get(batch_bucket(rows), _Bucket())
         total = sum(e.steps for e in bucket.arms.values())
         steps = bucket.arms.get(k, _Evidence()).steps

@@ -362,3 +362,30 @@ def test_rows_that_ran_beside_a_speculative_step_do_not_count_as_its_lost_tokens
     [(token_factor, time_factor)] = policy.realised.corrections(4, [4])
     assert token_factor > 0.95
     assert time_factor == pytest.approx(1.0)
+
+
+def test_a_probe_of_speculation_pays_the_whole_catch_up_so_long_plain_decoding_is_probed_less() -> None:
+    # near a tie only the optimism bonus can pick a K > 0; with drafts lagging far behind
+    # a probe costs their whole catch-up (a probe that ends in plain decoding repays none
+    # of it), so the bonus shrinks and plain decoding goes on
+    policy = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-4, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    )
+
+    def best_speculative_over_plain(alpha: float) -> float:
+        batch = BatchShape(alphas=[alpha] * 4, remaining=[1000] * 4, span=100)
+        return max(policy.goodput(batch, k) for k in range(1, 9)) / policy.goodput(batch, 0)
+
+    low, high = 0.0, 0.99
+    for _ in range(40):  # the α at which the best K > 0 predicts 0.99x plain decoding
+        middle = (low + high) / 2
+        low, high = (middle, high) if best_speculative_over_plain(middle) < 0.99 else (low, middle)
+    alpha = low
+    caught_up = BatchShape(alphas=[alpha] * 4, remaining=[1000] * 4, span=100)
+    lagging = BatchShape(alphas=[alpha] * 4, remaining=[1000] * 4, span=100, lags=[100] * 4)
+    for _ in range(300):
+        tokens, seconds = policy.predict(caught_up, 0)
+        policy.record(StepOutcome(0, caught_up, 0, 0, round(tokens), seconds))
+    assert policy.switch_seconds(lagging, 4) < 0.01 * policy.catch_up_seconds(lagging)
+    assert policy.choose(caught_up) > 0, "a close call with drafts caught up is probed"
+    assert policy.choose(lagging) == 0
