@@ -393,8 +393,9 @@ class Engine:
         if not self._running:
             self._last_commit_at = None
             return
-        self._prefill()
-        committed = self._decode()
+        speculating = self.lookahead.k > 0
+        self._prefill(catch_up=speculating)
+        committed = self._decode(caught_up=speculating)
         if committed:
             self._deliver(committed)
             ended = time.perf_counter()
@@ -443,12 +444,12 @@ class Engine:
         would admit them no faster, and the batch would shrink while prompts queue."""
         return round(self.prefill_chunk * self._tokens_per_row)
 
-    def _prefill(self) -> None:
-        """One chunk of prompt for the decoding model; when the policy speculates, one
-        chunk of catch-up for every draft that lags (a row left lagging would run a
-        target pass of its own beside every speculative step). The draft is not
-        prefilled eagerly: while speculation does not pay (K = 0 under load), a prompt
-        costs the target alone."""
+    def _prefill(self, catch_up: bool) -> None:
+        """One chunk of prompt for the decoding model; while the policy speculates
+        (``catch_up``), one chunk of catch-up for every draft that lags (a row left
+        lagging would run a target pass of its own beside every speculative step). The
+        draft is not prefilled eagerly: while speculation does not pay (K = 0 under
+        load), a prompt costs the target alone."""
         budget = self._prefill_budget()
         for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
@@ -457,19 +458,20 @@ class Engine:
         for row in self._running:
             if row.mode == "speculative":
                 self.prefixes.skip_written(row, "draft")
-        if self.lookahead.k > 0:
-            lagging = [r for r in self._running if r.mode == "speculative" and r.prefilled() and _lags(r)]
-            if lagging:
-                self._catch_up(lagging)
+        if catch_up:
+            self._catch_up([r for r in self._running if r.mode == "speculative" and r.prefilled()])
         for row in self._running:
             self.prefixes.record(row)
 
     def _catch_up(self, rows: list[Row]) -> None:
-        """Feed lagging drafts what they missed (one prefill chunk). A lag the policy saw
+        """Feed the lagging drafts among ``rows`` what they missed (one prefill chunk). A lag the policy saw
         when it chose to speculate was priced then and is not charged again. A row
         admitted while speculating is caught up before any choice sees it: its draft's
         prefill is what speculating costs per new row, a standing cost, so the row owes
         its share of the pass (by tokens fed) to the speculative steps it enables."""
+        rows = [r for r in rows if _lags(r)]
+        if not rows:
+            return
         before = [r.draft_cached for r in rows]
         started = time.perf_counter()
         fed = self.runner.prefill(rows, "draft", self._prefill_budget(), self._draft_writable_end)
@@ -489,11 +491,17 @@ class Engine:
         end = row.seq_len + k - 1
         return self._draft_writable_end(row, row.draft_cached, end) == end
 
-    def _decode(self) -> dict[Row, list[int]]:
-        """One decode step over every prefilled row; the committed tokens per row."""
+    def _decode(self, caught_up: bool) -> dict[Row, list[int]]:
+        """One decode step over every prefilled row; the committed tokens per row. A
+        choice that switches speculation on (the drafts were not ``caught_up`` this
+        iteration) feeds the lagging drafts at once, so the step it chose runs now
+        rather than as a plain step beside drafts that lag, which would leave the next
+        choice to pay the same catch-up again."""
         ready = [r for r in self._running if r.prefilled()]
         speculative = [r for r in ready if r.mode == "speculative"]
         k = self._choose_lookahead(speculative)
+        if k > 0 and not caught_up:
+            self._catch_up(speculative)
         k = self._make_room(ready, k)
         ready = [r for r in ready if r in self._running]  # preemption may have taken some
         spec_rows = [

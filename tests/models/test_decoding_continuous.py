@@ -358,6 +358,26 @@ def test_a_speculative_step_reports_the_rows_beside_it_apart(pair, reference) ->
         assert speculated + outcome.plain_beside <= outcome.committed <= 5 * speculated + outcome.plain_beside
 
 
+def test_the_choice_that_switches_speculation_on_runs_its_step_at_once(pair, reference) -> None:
+    # Every draft lags after plain steps. When the policy switches speculation on, the
+    # lagging drafts are fed before the step (the chunk covers them here), so the step
+    # it chose runs at its K over every row, not as a plain step beside lagging drafts
+    # that would leave the next choice to price the same catch-up again.
+    rows = prompts(4, pair.vocab_size, seed=5, min_len=12, max_len=16)
+    engine = Engine(pair, prefill_chunk=128)
+    policy = _SwitchOn(plain=6)
+    engine.lookahead = policy
+    results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
+    for result, prompt in zip(results, rows, strict=True):
+        assert result.tokens == reference(tuple(prompt))
+    offered, switched = policy.outcomes[6]
+    assert len(offered.lags) == 4 and all(offered.lags), "every draft lagged when speculation was switched on"
+    assert switched.lookahead == 4
+    assert switched.plain_beside == 0
+    assert len(switched.batch.alphas) == 4
+    assert switched.drafted == 16
+
+
 def test_a_row_admitted_while_speculating_owes_its_drafts_prefill(pair, reference) -> None:
     # Rows whose drafts lagged through plain steps are seen lagging by the choice that
     # switches speculation on, which prices their catch-up: they owe nothing for it. A
