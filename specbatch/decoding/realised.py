@@ -12,13 +12,10 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
 - K = 0 is always an arm; its token count is exact (one per row), so only its time
   is corrected.
 - Tokens are judged across the speculative arms, never one K alone: every K > 0 takes
-  one ratio, pooled over all their evidence. Acceptance is a property of the draft per
-  token, which every K measures; one step's tokens, a run of 1 to K + 1, vary by half
-  their mean at α = 0.9, so a K judged by its own few steps is locked out by one
-  unlucky probe. Not a line in K: K is chosen on per-row acceptance estimates, so the
-  steps run long are those whose estimate ran high (they fall short of it) and those
-  run short those whose estimate ran low; a line through them slopes against long K
-  where the truth is flat (measured: K = 3-4 chosen where K = 8 was best).
+  the ratio on the line in K through all their evidence. Acceptance is a property of
+  the draft per token, which every K measures (the line keeps what a longer draft
+  loses further out); one step's tokens, a run of 1 to K + 1, vary by half their mean
+  at α = 0.9, so a K judged by its own few steps is locked out by one unlucky probe.
 - Seconds are judged per arm, since padding and pass shapes differ by K; an arm that
   has run little borrows the line through the other speculative arms' ratios, so when
   speculation costs more than predicted every K > 0 learns it from the first Ks tried.
@@ -46,7 +43,7 @@ from dataclasses import dataclass, field
 DISCOUNT = 0.99
 IDLE_DISCOUNT = 0.9975
 # Weight, in steps, of an arm's prior (what the other arms say, or 1 before any says),
-# and of the ratio 1 towards which what the speculative arms say together is shrunk.
+# and of the flat line towards which the speculative arms' line is shrunk.
 PRIOR_STEPS = 2.0
 # Ridge on the slope of the line through the arms' ratios, in steps x K²: the weight
 # of a flat line (eight steps one K away from the mean).
@@ -99,16 +96,12 @@ class _Bucket:
         return self.arms.setdefault(k, _Evidence())
 
     def corrections(self, ks: Iterable[int]) -> list[tuple[float, float]]:
-        """Each K's (tokens, seconds) realised per predicted: tokens pooled over every
-        speculative arm, seconds from K's own steps shrunk towards the line through
-        theirs. Both are fitted once for all the Ks asked of (the choice asks of nine a
-        step)."""
+        """Each K's (tokens, seconds) realised per predicted: tokens from every
+        speculative arm's line, seconds from K's own steps shrunk towards theirs. The
+        lines are fitted once for all the Ks asked of (the choice asks of nine a step)."""
         speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
-        tokens = _shrunk(
-            sum(e.realised_tokens for _, e in speculative),
-            sum(e.predicted_tokens for _, e in speculative),
-            sum(e.steps for _, e in speculative),
-            1.0,
+        tokens = _speculative_line(
+            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
         )
         seconds = _speculative_line(
             [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
@@ -116,7 +109,7 @@ class _Bucket:
         found = []
         for k in ks:
             arm = self.arms.get(k, _Evidence())
-            prior = (1.0, 1.0) if k == 0 else (tokens, seconds(k))
+            prior = (1.0, 1.0) if k == 0 else (tokens(k), seconds(k))
             found.append(
                 (prior[0], _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, prior[1]))
             )
@@ -124,9 +117,9 @@ class _Bucket:
 
 
 def _speculative_line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:
-    """What the speculative arms tried so far say of each K's seconds: their (K, steps,
-    ratio) on a line in K (a per-token cost mispredicted errs more the longer K is),
-    shrunk towards 1 by how much evidence there is."""
+    """What the speculative arms tried so far say of each K: their (K, steps, ratio)
+    on a line in K (an acceptance or a per-token cost mispredicted errs more the
+    longer K is), shrunk towards 1 by how much evidence there is."""
     if not points:
         return lambda k: 1.0
     weight = sum(w for _, w, _ in points)
