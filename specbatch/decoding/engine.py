@@ -516,8 +516,6 @@ class Engine:
         self._lookahead_steps[k if spec_rows else 0] += 1
         counts: list[int] = []
         seconds = 0.0
-        judged = spec_rows or plain_target  # the rows the step is judged on
-        judged_shape = self._batch_shape(judged) if judged else None  # before the step moves α
         if spec_rows:
             started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)
@@ -528,9 +526,10 @@ class Engine:
             started = time.perf_counter()
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
             seconds += time.perf_counter() - started
-        if judged_shape is not None:
-            beside = plain_target if spec_rows else []
-            self._record_step(judged_shape, judged, beside, k if spec_rows else 0, committed, counts, seconds)
+        if spec_rows:
+            self._record_step(spec_rows, plain_target, k, committed, counts, seconds)
+        elif plain_target:
+            self._record_step(plain_target, [], 0, committed, counts, seconds)
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
@@ -565,7 +564,6 @@ class Engine:
 
     def _record_step(
         self,
-        batch: BatchShape,
         rows: list[Row],
         beside: list[Row],
         k: int,
@@ -573,18 +571,15 @@ class Engine:
         accepted: list[int],
         seconds: float,
     ) -> None:
-        """Tell the policy what choosing K delivered (K = 0: a plain step of ``rows``),
-        against ``batch``, the rows' shape before the step: judged on estimates the step's
-        own outcome had already moved, a lucky step would look predicted and an unlucky
-        one would look better than predicted. With K > 0, ``rows`` speculated and
-        ``beside`` (a lagging draft, a target-only request) ran a plain pass of their
-        own: a pass plain decoding would not run, so its seconds are the step's, and so
-        are the token each of those rows committed; ``accepted`` has one count per
-        speculative row."""
+        """Tell the policy what choosing K delivered (K = 0: a plain step of ``rows``).
+        With K > 0, ``rows`` speculated and ``beside`` (a lagging draft, a target-only
+        request) ran a plain pass of their own: a pass plain decoding would not run, so
+        its seconds are the step's, and so are the token each of those rows committed;
+        ``accepted`` has one count per speculative row."""
         self.lookahead.record(
             StepOutcome(
                 lookahead=k,
-                batch=batch,
+                batch=self._batch_shape(rows),
                 drafted=k * len(accepted),
                 accepted=sum(accepted),
                 committed=sum(len(committed[r]) for r in rows + beside),

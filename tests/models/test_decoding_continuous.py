@@ -378,25 +378,6 @@ def test_the_choice_that_switches_speculation_on_runs_its_step_at_once(pair, ref
     assert switched.drafted == 16
 
 
-def test_a_step_is_judged_against_the_batch_its_k_was_chosen_for(pair, reference) -> None:
-    # The policy learns from realised over predicted; the prediction must be the one made
-    # when K was chosen, before the step's own accepts and rejections moved the rows'
-    # acceptance estimates (or a lucky step would look predicted, an unlucky one better
-    # than predicted, and long K, chosen when estimates run high, would look worse).
-    rows = prompts(3, pair.vocab_size, seed=7, min_len=12, max_len=16)
-    engine = Engine(pair, prefill_chunk=128)
-    policy = _SwitchOn(plain=0)
-    engine.lookahead = policy
-    results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
-    for result, prompt in zip(results, rows, strict=True):
-        assert result.tokens == reference(tuple(prompt))
-    judged = [(offered, o) for offered, o in policy.outcomes if o.lookahead == 4 and not o.plain_beside]
-    assert len(judged) >= 3
-    for offered, outcome in judged:
-        assert list(outcome.batch.alphas) == list(offered.alphas)
-        assert list(outcome.batch.remaining) == list(offered.remaining)
-
-
 def test_a_row_admitted_while_speculating_owes_its_drafts_prefill(pair, reference) -> None:
     # Rows whose drafts lagged through plain steps are seen lagging by the choice that
     # switches speculation on, which prices their catch-up: they owe nothing for it. A
