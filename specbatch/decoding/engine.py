@@ -464,11 +464,12 @@ class Engine:
             self.prefixes.record(row)
 
     def _catch_up(self, rows: list[Row]) -> None:
-        """Feed the lagging drafts among ``rows`` what they missed (one prefill chunk). A lag the policy saw
-        when it chose to speculate was priced then and is not charged again. A row
-        admitted while speculating is caught up before any choice sees it: its draft's
-        prefill is what speculating costs per new row, a standing cost, so the row owes
-        its share of the pass (by tokens fed) to the speculative steps it enables."""
+        """Feed the lagging drafts among ``rows`` what they missed (one prefill chunk). A
+        lag the policy saw when it chose to speculate was priced then and is not charged
+        again. A row admitted while speculating is caught up before any choice sees it:
+        its draft's prefill is what speculating costs per new row, a standing cost, so
+        the row owes its share of the pass (by tokens fed) to the speculative steps it
+        enables."""
         rows = [r for r in rows if _lags(r)]
         if not rows:
             return

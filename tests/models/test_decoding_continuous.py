@@ -334,19 +334,26 @@ class _SwitchOn:
         self.outcomes.append((self.offered[-1], step))
 
 
+def _switch_on_after_plain_steps(pair, reference, prefill_chunk: int) -> _SwitchOn:
+    """Four rows decoded plainly for six steps, then with K = 4, checked exact against the
+    target's greedy output; the policy, with what it was offered and told."""
+    rows = prompts(4, pair.vocab_size, seed=5, min_len=12, max_len=16)
+    engine = Engine(pair, prefill_chunk=prefill_chunk)
+    policy = _SwitchOn(plain=6)
+    engine.lookahead = policy
+    results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
+    for result, prompt in zip(results, rows, strict=True):
+        assert result.tokens == reference(tuple(prompt))
+    return policy
+
+
 def test_a_speculative_step_reports_the_rows_beside_it_apart(pair, reference) -> None:
     # After plain steps every draft lags and is caught up a chunk at a time; meanwhile
     # the lagging rows run a plain pass beside the speculative one. The policy is shown
     # the lags when it chooses; the step reports its speculative rows as its batch and
     # the rows beside (one token each) apart, so K is judged on what ran at K; and the
     # output stays exact.
-    rows = prompts(4, pair.vocab_size, seed=5, min_len=12, max_len=16)
-    engine = Engine(pair, prefill_chunk=8)
-    policy = _SwitchOn(plain=6)
-    engine.lookahead = policy
-    results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
-    for result, prompt in zip(results, rows, strict=True):
-        assert result.tokens == reference(tuple(prompt))
+    policy = _switch_on_after_plain_steps(pair, reference, prefill_chunk=8)
     mixed = [(offered, o) for offered, o in policy.outcomes if o.lookahead == 4 and o.plain_beside]
     assert mixed, "no step ran speculative rows beside lagging ones"
     for offered, outcome in mixed:
@@ -363,13 +370,7 @@ def test_the_choice_that_switches_speculation_on_runs_its_step_at_once(pair, ref
     # lagging drafts are fed before the step (the chunk covers them here), so the step
     # it chose runs at its K over every row, not as a plain step beside lagging drafts
     # that would leave the next choice to price the same catch-up again.
-    rows = prompts(4, pair.vocab_size, seed=5, min_len=12, max_len=16)
-    engine = Engine(pair, prefill_chunk=128)
-    policy = _SwitchOn(plain=6)
-    engine.lookahead = policy
-    results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
-    for result, prompt in zip(results, rows, strict=True):
-        assert result.tokens == reference(tuple(prompt))
+    policy = _switch_on_after_plain_steps(pair, reference, prefill_chunk=128)
     offered, switched = policy.outcomes[6]
     assert len(offered.lags) == 4 and all(offered.lags), "every draft lagged when speculation was switched on"
     assert switched.lookahead == 4
