@@ -12,10 +12,11 @@
   itself off instead of slowing the server down. The draft is fed only while the
   policy speculates, so switching speculation on (or admitting a row while it is on)
   first catches the lagging drafts up: that prefill is priced into each K > 0 when it
-  is chosen, spread over the tokens it lets the rows speculate, and forgotten once
-  paid (a sunk cost says nothing of which K is best next). A row admitted while the
-  policy speculates has its draft prefilled before any choice sees it: a standing
-  cost of speculating, which the engine charges to the speculative steps it enables.
+  is chosen, spread over the tokens it lets the rows speculate. Every catch-up (of a
+  row admitted while the policy speculates, before any choice sees it, or of every
+  row when speculation is switched back on) is then charged to the speculative steps
+  it enables, so their evidence holds what speculating cost, flipping it on and off
+  included.
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].

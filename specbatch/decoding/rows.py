@@ -75,10 +75,8 @@ class Row:
     accepted: int = 0
     rejections: int = 0
     preemptions: int = 0
-    # draft catch-up of a row admitted while speculating, not yet charged to a speculative
-    # step; and whether the policy saw the row's draft lag when it chose K (so priced it)
+    # seconds of draft catch-up the row owes, not yet charged to a speculative step
     catch_up_seconds: float = 0.0
-    lag_priced: bool = False
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 

@@ -5,6 +5,7 @@ shapes compiled steps run at."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -280,18 +281,23 @@ def _run_with_lag(
     """Drive the policy where the four rows' drafts miss one more token per plain step
     and a speculative step after more than three first catches them up at ``lag_cost``
     seconds per token missed, as the engine does: the policy sees the lag in the batch
-    it chooses for, never in a step's record (the catch-up is paid before the step).
-    The K of each step, and the tokens per second of the last three quarters of the
-    run, catch-up included."""
-    rng, runs_rng, lag, chosen, tokens, seconds = random.Random(0), random.Random(1), 0, [], 0.0, 0.0
+    it chooses for, and the speculative steps' records carry the catch-up owed, each
+    its share by the tokens it committed of the rows' remaining ones. The K of each
+    step, and the tokens per second of the last three quarters of the run, catch-up
+    included."""
+    rng, runs_rng, lag, owed = random.Random(0), random.Random(1), 0, 0.0
+    chosen, tokens, seconds = [], 0.0, 0.0
     for step in range(steps):
         shape = BatchShape(BATCH.alphas, BATCH.remaining, BATCH.span, lags=[lag if lag > 3 else 0] * 4)
         k = policy.choose(shape)
         catch_up = 4 * lag * lag_cost if k and lag > 3 else 0.0
-        lag = 0 if k else lag + 1
+        lag, owed = (0 if k else lag + 1), owed + catch_up
         committed = 4 * expected_tokens(alpha, k)
         took = world(k) * rng.uniform(0.95, 1.05)
-        policy.record(_step(k, alpha, took, runs_rng))
+        outcome = _step(k, alpha, took, runs_rng)
+        share = catch_up_share(owed, outcome.committed // 4, BATCH.remaining[0]) if k else 0.0
+        owed -= share
+        policy.record(dataclasses.replace(outcome, seconds=took + share))
         chosen.append(k)
         if step >= steps // 4:
             tokens, seconds = tokens + committed, seconds + took + catch_up
