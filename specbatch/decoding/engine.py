@@ -464,13 +464,12 @@ class Engine:
             self.prefixes.record(row)
 
     def _catch_up(self, rows: list[Row]) -> None:
-        """Feed the lagging drafts among ``rows`` what they missed (one prefill chunk).
-        Every row owes its share of the pass (by tokens fed) to the speculative steps it
-        enables, so the steps' evidence holds what speculating cost: a row admitted while
-        speculating is caught up before any choice sees it (a standing cost per new row),
-        and a switch back on after plain steps pays again for every token the drafts
-        missed (a policy that flips speculation on and off learns what flipping costs;
-        a choice that switches on still prices its own catch-up when it is made)."""
+        """Feed the lagging drafts among ``rows`` what they missed (one prefill chunk). A
+        lag the policy saw when it chose to speculate was priced then and is not charged
+        again. A row admitted while speculating is caught up before any choice sees it:
+        its draft's prefill is what speculating costs per new row, a standing cost, so
+        the row owes its share of the pass (by tokens fed) to the speculative steps it
+        enables."""
         rows = [r for r in rows if _lags(r)]
         if not rows:
             return
@@ -478,9 +477,11 @@ class Engine:
         started = time.perf_counter()
         fed = self.runner.prefill(rows, "draft", self._prefill_budget(), self._draft_writable_end)
         seconds = time.perf_counter() - started
-        if fed:
-            for row, cached in zip(rows, before, strict=True):
+        for row, cached in zip(rows, before, strict=True):
+            if fed and not row.lag_priced:
                 row.catch_up_seconds += seconds * (row.draft_cached - cached) / fed
+            if not _lags(row):
+                row.lag_priced = False
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)
@@ -546,9 +547,9 @@ class Engine:
         return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
-        prior, weight = self._acceptance.optimistic_alpha, self._acceptance.prior_weight
+        prior = self._acceptance.optimistic_alpha
         return BatchShape(
-            alphas=[r.alpha(prior, weight) for r in rows],
+            alphas=[r.alpha(prior) for r in rows],
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
             lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],
@@ -557,6 +558,8 @@ class Engine:
     def _choose_lookahead(self, rows: list[Row]) -> int:
         if not rows:
             return 0
+        for row in rows:
+            row.lag_priced = row.lag_priced or _lags(row)
         k = self.lookahead.choose(self._batch_shape(rows))
         return max(0, min(k, max(r.remaining for r in rows) - 1))
 
@@ -583,7 +586,6 @@ class Engine:
                 committed=sum(len(committed[r]) for r in rows + beside),
                 seconds=seconds,
                 plain_beside=len(beside),
-                runs=accepted,
             )
         )
 
@@ -663,7 +665,6 @@ class Engine:
             logger.exception("settling row %d failed", row.handle.row_id)
             row.output.finish_reason, row.output.text = "error", ""
             error = error or f"settling the output failed: {exc}"
-        self._acceptance.record_row(row.accepted, row.rejections)
         result = row.result()
         result.error = error
         _call(row.sink.on_finished, row.key, result)
