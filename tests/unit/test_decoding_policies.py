@@ -392,6 +392,18 @@ def test_a_rows_acceptance_prior_weighs_as_little_as_rows_really_differ() -> Non
     assert fitted_prior_weight([(20, 20)] * 10) == MAX_ALPHA_PRIOR_WEIGHT
 
 
+def test_a_rows_prior_is_optimistic_only_until_the_rows_spread_is_measured() -> None:
+    tracker = AcceptanceTracker()
+    for _ in range(50):
+        tracker.record(7, 3)
+    assert tracker.row_prior == (tracker.optimistic_alpha, ALPHA_PRIOR_WEIGHT)
+    assert tracker.optimistic_alpha > tracker.alpha, "a fresh instance is led to speculate and learn"
+    for accepted in (14, 13, 15, 14, 12, 14, 15, 13):
+        tracker.record_row(accepted, 20)
+    assert tracker.row_prior == (tracker.alpha, tracker.prior_weight)
+    assert tracker.prior_weight > ALPHA_PRIOR_WEIGHT
+
+
 def _served_one_row_at_a_time(
     policy: GoodputLookahead, world: World, alpha: float, rows: int, seed: int
 ) -> list[tuple[int, int]]:
