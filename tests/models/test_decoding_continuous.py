@@ -15,7 +15,6 @@ from pairs import prompts
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair
 from specbatch.decoding.lookahead import BatchShape, StepOutcome
-from specbatch.decoding.rows import AcceptanceTracker
 
 NEW_TOKENS = 24
 
@@ -123,24 +122,6 @@ def test_a_different_k_every_step_stays_exact(seed: int, pair, reference) -> Non
     assert {0, 8} <= set(engine.lookahead.chosen) or len(set(engine.lookahead.chosen)) > 4
     for prompt, result in zip(rows, results, strict=True):
         assert result.tokens == reference(tuple(prompt))
-
-
-def test_every_finished_row_tells_the_instance_what_its_drafts_were_accepted_at(monkeypatch, pair) -> None:
-    # The weight of the instance's acceptance in a row's estimate is fitted to how much
-    # finished rows differ, so each row, once finished, must report its counts.
-    reported: list[int] = []
-    record_row = AcceptanceTracker.record_row
-
-    def spy(tracker: AcceptanceTracker, accepted: int, rejections: int) -> None:
-        reported.append(accepted)
-        record_row(tracker, accepted, rejections)
-
-    monkeypatch.setattr(AcceptanceTracker, "record_row", spy)
-    rows = prompts(6, pair.vocab_size, seed=29)
-    requests = [GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows]
-    results = Engine(pair, lookahead=4).generate(requests)
-    assert sorted(reported) == sorted(r.total_accepted_draft_tokens for r in results)
-    assert sum(r.total_draft_tokens for r in results) > 0
 
 
 def test_preempted_rows_are_requeued_and_stay_exact(pair, reference) -> None:

@@ -24,16 +24,6 @@ from specbatch.decoding.lookahead import (
     expected_tokens,
     next_lookahead,
 )
-from specbatch.decoding.requests import GenerationRequest
-from specbatch.decoding.rows import (
-    ALPHA_PRIOR_WEIGHT,
-    MAX_ALPHA_PRIOR_WEIGHT,
-    AcceptanceTracker,
-    Row,
-    RowHandle,
-    fitted_prior_weight,
-)
-from specbatch.decoding.stopping import RowOutput
 
 
 @pytest.mark.parametrize(
@@ -372,85 +362,6 @@ def test_rows_that_ran_beside_a_speculative_step_do_not_count_as_its_lost_tokens
     [(token_factor, time_factor)] = policy.realised.corrections(4, [4])
     assert token_factor > 0.95
     assert time_factor == pytest.approx(1.0)
-
-
-def test_a_rows_acceptance_prior_weighs_as_little_as_rows_really_differ() -> None:
-    rng = random.Random(0)
-
-    def finished_row(alpha: float, tokens: int) -> tuple[int, int]:
-        accepted = sum(rng.random() < alpha for _ in range(tokens))
-        return accepted, tokens
-
-    few = [finished_row(0.9, 20) for _ in range(7)]
-    assert fitted_prior_weight(few) == ALPHA_PRIOR_WEIGHT, "too few rows to measure a spread"
-    alike = [finished_row(0.9, rng.randint(5, 60)) for _ in range(200)]
-    # (a row's 20 draft tokens then weigh a sixth of its estimate at most)
-    assert fitted_prior_weight(alike) >= 100, "rows that differ by sampling noise alone share one α"
-    mixed = [finished_row(rng.choice((0.5, 0.9)), rng.randint(5, 60)) for _ in range(200)]
-    # acceptance spread 0.2 about 0.7: a Beta prior of strength 0.7 x 0.3 / 0.04 - 1
-    assert fitted_prior_weight(mixed) == pytest.approx(4.25, abs=1.5)
-    assert fitted_prior_weight([(20, 20)] * 10) == MAX_ALPHA_PRIOR_WEIGHT
-
-
-def test_a_rows_prior_is_optimistic_only_until_the_rows_spread_is_measured() -> None:
-    tracker = AcceptanceTracker()
-    for _ in range(50):
-        tracker.record(7, 3)
-    assert tracker.row_prior == (tracker.optimistic_alpha, ALPHA_PRIOR_WEIGHT)
-    assert tracker.optimistic_alpha > tracker.alpha, "a fresh instance is led to speculate and learn"
-    for accepted in (14, 13, 15, 14, 12, 14, 15, 13):
-        tracker.record_row(accepted, 20)
-    assert tracker.row_prior == (tracker.alpha, tracker.prior_weight)
-    assert tracker.prior_weight > ALPHA_PRIOR_WEIGHT
-
-
-def _served_one_row_at_a_time(
-    policy: GoodputLookahead, world: World, alpha: float, rows: int, seed: int
-) -> list[tuple[int, int]]:
-    """Drive the policy over ``rows`` rows one after another, each asking 8-32 tokens
-    (60 %) or 96-256, every draft token accepted with probability ``alpha`` and each
-    row's acceptance estimated as the engine does (its own counts, shrunk to the
-    instance's optimistic prior with the fitted weight). Each step's (K, tokens left)."""
-    rng, tracker, steps = random.Random(seed), AcceptanceTracker(), []
-
-    def shape(row: Row, remaining: int) -> BatchShape:
-        estimate = row.alpha(*tracker.row_prior)
-        return BatchShape(alphas=[estimate], remaining=[remaining], span=100)
-
-    for _ in range(rows):
-        budget = rng.randint(8, 32) if rng.random() < 0.6 else rng.randint(96, 256)
-        output = RowOutput(budget, ())
-        row = Row(RowHandle(), GenerationRequest([1]), "speculative", [1], 1, output, 0, None, 0)
-        remaining = budget
-        while remaining > 0:
-            k = min(policy.choose(shape(row, remaining)), remaining - 1)
-            run = next((i for i in range(k) if rng.random() >= alpha), k)
-            if k:
-                row.accepted, row.rejections = row.accepted + run, row.rejections + (run < k)
-                tracker.record(run, int(run < k))
-            seconds = world(k) * rng.uniform(0.95, 1.05)
-            policy.record(StepOutcome(k, shape(row, remaining), k, run, run + 1, seconds))
-            steps.append((k, remaining))
-            remaining -= run + 1
-        tracker.record_row(row.accepted, row.rejections)
-    return steps
-
-
-def test_goodput_serving_short_rows_chooses_k_on_their_shared_acceptance_not_on_luck() -> None:
-    # Each row measures its acceptance from a few draft tokens: a light prior lets the
-    # luck of those few choose K, and long K, run for the lucky rows, falls short of
-    # what their estimates promised. At α = 0.9 in this world K = 8 is best and K = 3
-    # delivers 0.86x of it.
-    world = _world(plain=0.01, draft=0.0007, verify_per_token=0.0003)
-    assert _best_k(world, 0.9) == 8 and _rate(world, 0.9, [3]) < 0.87 * _rate(world, 0.9, [8])
-    for seed in range(3):
-        steps = _served_one_row_at_a_time(_optimistic_policy(), world, 0.9, rows=120, seed=seed)
-        later = steps[len(steps) // 4 :]
-        delivered = sum(expected_tokens(0.9, k, left) for k, left in later)
-        best = sum(expected_tokens(0.9, 8, left) for _, left in later)
-        rate = delivered / sum(world(k) for k, _ in later)
-        best_rate = best / sum(world(min(8, left - 1)) for _, left in later)
-        assert rate >= 0.95 * best_rate
 
 
 def test_a_probe_of_speculation_pays_the_whole_catch_up_so_long_plain_decoding_is_probed_less() -> None:
