@@ -547,7 +547,7 @@ class Engine:
         return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
-        prior, weight = self._acceptance.optimistic_alpha, self._acceptance.prior_weight
+        prior, weight = self._acceptance.row_prior
         return BatchShape(
             alphas=[r.alpha(prior, weight) for r in rows],
             remaining=[r.remaining for r in rows],

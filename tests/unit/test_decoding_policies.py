@@ -425,7 +425,7 @@ def _served_one_row_at_a_time(
     rng, tracker, steps = random.Random(seed), AcceptanceTracker(), []
 
     def shape(row: Row, remaining: int) -> BatchShape:
-        estimate = row.alpha(tracker.optimistic_alpha, tracker.prior_weight)
+        estimate = row.alpha(*tracker.row_prior)
         return BatchShape(alphas=[estimate], remaining=[remaining], span=100)
 
     for _ in range(rows):
