@@ -547,9 +547,9 @@ class Engine:
         return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
-        prior, weight = self._acceptance.row_prior
+        prior = self._acceptance.optimistic_alpha
         return BatchShape(
-            alphas=[r.alpha(prior, weight) for r in rows],
+            alphas=[r.alpha(prior) for r in rows],
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
             lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],
@@ -586,7 +586,6 @@ class Engine:
                 committed=sum(len(committed[r]) for r in rows + beside),
                 seconds=seconds,
                 plain_beside=len(beside),
-                runs=accepted,
             )
         )
 
@@ -666,7 +665,6 @@ class Engine:
             logger.exception("settling row %d failed", row.handle.row_id)
             row.output.finish_reason, row.output.text = "error", ""
             error = error or f"settling the output failed: {exc}"
-        self._acceptance.record_row(row.accepted, row.rejections)
         result = row.result()
         result.error = error
         _call(row.sink.on_finished, row.key, result)

@@ -4,9 +4,7 @@
   maximises committed tokens per second for the batch that is running. The prediction
   comes from each row's measured acceptance α and the fitted costs of a draft pass c(B)
   and a verify pass v(B, K) at that batch size (at the padded shapes the step runs);
-  what the draft's tokens were then accepted at, position by position, corrects the
-  acceptance (:mod:`specbatch.decoding.realised_acceptance`), and what each K's steps
-  cost corrects the seconds (:mod:`specbatch.decoding.realised_cost`).
+  what each K then actually delivered corrects it (:mod:`specbatch.decoding.realised`).
   K = 0 is plain target decoding and always a candidate, so where speculation does
   not pay (low acceptance, or under load where verify costs grow with K) it switches
   itself off instead of slowing the server down. The draft is fed only while the
@@ -34,8 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specbatch.decoding.costs import PassCosts
-from specbatch.decoding.realised_acceptance import RealisedAcceptance, run_lengths
-from specbatch.decoding.realised_cost import RealisedCost
+from specbatch.decoding.realised import RealisedGoodput
 
 MIN_LOOKAHEAD = 1
 MAX_LOOKAHEAD = 8
@@ -59,6 +56,13 @@ def next_lookahead(current: int, acceptance: float) -> int:
     return max(MIN_LOOKAHEAD, min(MAX_LOOKAHEAD, current + step))
 
 
+def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
+    """Tokens a row commits in one step with K = ``lookahead`` when each draft token is
+    accepted with probability ``alpha``: 1 + α + … + α^K, capped by its budget."""
+    terms = min(lookahead, max(remaining, 1) - 1) + 1
+    return terms if alpha >= 1.0 else (1.0 - alpha**terms) / (1.0 - alpha)
+
+
 @dataclass(frozen=True)
 class BatchShape:
     """What the choice of K looks at: per row acceptance and tokens left, the longest
@@ -77,8 +81,7 @@ class StepOutcome:
     (0: a plain step): the batch they formed, the draft tokens proposed and accepted,
     the tokens committed and the seconds the step's passes took. ``plain_beside`` rows
     (a lagging draft, a target-only request) ran a plain pass beside the speculative
-    ones, one token each, counted in ``committed`` and their pass in ``seconds``.
-    ``runs`` is each speculative row's accepted run, in the order of ``batch``."""
+    ones, one token each, counted in ``committed`` and their pass in ``seconds``."""
 
     lookahead: int
     batch: BatchShape
@@ -87,7 +90,6 @@ class StepOutcome:
     committed: int
     seconds: float
     plain_beside: int = 0
-    runs: Sequence[int] = ()
 
 
 def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
@@ -173,44 +175,26 @@ class GoodputLookahead:
         self.step_costs = {True: costs["step_speculative"], False: costs["step_plain"]}
         self.verify_columns = verify_columns
         self.padded_rows = padded_rows
-        self.acceptance = RealisedAcceptance(MAX_LOOKAHEAD)
-        self.realised = RealisedCost()
+        self.realised = RealisedGoodput()
         self.k = 0
-
-    def committed(self, batch: BatchShape) -> list[list[float]]:
-        """Per row, the tokens one step commits at K = 0..8: its acceptance estimate
-        corrected position by position by what drafts were realised at, capped by the
-        tokens it has left."""
-        factors = self.acceptance.factors()
-        return [
-            [lengths[min(k, max(remaining, 1) - 1)] for k in range(MAX_LOOKAHEAD + 1)]
-            for lengths, remaining in zip(
-                (run_lengths(alpha, factors) for alpha in batch.alphas), batch.remaining, strict=True
-            )
-        ]
 
     def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``."""
-        committed = sum(row[lookahead] for row in self.committed(batch))
-        return committed, self.predict_seconds(batch, lookahead, self.committed(batch))
-
-    def predict_seconds(self, batch: BatchShape, lookahead: int, committed: list[list[float]]) -> float:
-        """Seconds of one step with K = ``lookahead`` by the cost model, with the share
-        of the drafts' catch-up it repays; ``committed`` as :meth:`committed` gives."""
         rows, span = self.padded_rows(len(batch.alphas)), batch.span
         overhead = self.step_costs[lookahead > 0].predict(rows, 0, 0)
         if lookahead == 0:
-            return self.target_costs.predict(rows, rows * span, rows * span) + overhead
+            return len(batch.alphas), self.target_costs.predict(rows, rows * span, rows * span) + overhead
+        committed = sum(
+            expected_tokens(a, lookahead, r) for a, r in zip(batch.alphas, batch.remaining, strict=True)
+        )
         draft_pass = self.draft_costs.predict(rows, rows * (span + lookahead), rows * (span + lookahead))
         verify_span = span + lookahead
         fed = rows * (self.verify_columns(lookahead) + 1)
         verify_pass = self.target_costs.predict(fed, rows * verify_span, fed * verify_span)
         step = lookahead * draft_pass + verify_pass + overhead
-        return step + self.switch_seconds(batch, lookahead, committed)
+        return committed, step + self.switch_seconds(batch, lookahead)
 
-    def switch_seconds(
-        self, batch: BatchShape, lookahead: int, committed: list[list[float]] | None = None
-    ) -> float:
+    def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
         """The draft catch-up that speculating with K = ``lookahead`` needs first, per
         step: one prefill of every lagging draft, each row's share (by tokens fed)
         spread over the tokens it has left at the rate K commits them. A row about to
@@ -222,10 +206,9 @@ class GoodputLookahead:
         if catch_up == 0.0:
             return 0.0
         fed = sum(batch.lags)
-        committed = committed or self.committed(batch)
         return sum(
-            catch_up * lag / fed * tokens[lookahead] / max(1, remaining)
-            for lag, tokens, remaining in zip(batch.lags, committed, batch.remaining, strict=True)
+            catch_up * lag / fed * expected_tokens(alpha, lookahead, remaining) / max(1, remaining)
+            for lag, alpha, remaining in zip(batch.lags, batch.alphas, batch.remaining, strict=True)
             if lag > 0
         )
 
@@ -241,11 +224,12 @@ class GoodputLookahead:
     def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
         """(committed tokens, seconds) of one step with each K of ``lookaheads``: the
         cost model's prediction corrected by what that K delivered at this batch size."""
-        committed = self.committed(batch)
         corrections = self.realised.corrections(len(batch.alphas), lookaheads)
         return [
-            (sum(row[k] for row in committed), self.predict_seconds(batch, k, committed) * factor)
-            for k, factor in zip(lookaheads, corrections, strict=True)
+            (tokens * token_factor, seconds * time_factor)
+            for (tokens, seconds), (token_factor, time_factor) in zip(
+                (self.predict(batch, k) for k in lookaheads), corrections, strict=True
+            )
         ]
 
     def goodput(self, batch: BatchShape, lookahead: int) -> float:
@@ -276,17 +260,18 @@ class GoodputLookahead:
         return best_k
 
     def record(self, step: StepOutcome) -> None:
-        """Compare what the step delivered with what was predicted for it: the accepted
-        runs of its speculative rows with their estimates, and its seconds with the
-        cost model's. The pass of rows beside them is left to the seconds' correction:
-        it is what speculating costs where rows keep joining (their drafts lag until
-        caught up) or ask for plain decoding."""
+        """Compare what the step delivered with what was predicted for it: its
+        speculative rows at its K and one token from each row beside them. The pass
+        those rows ran is left to the correction: it is what speculating costs where
+        rows keep joining (their drafts lag until caught up) or ask for plain decoding."""
         if not step.batch.alphas:
             return
-        self.acceptance.record(step.batch.alphas, step.runs, step.lookahead)
-        seconds = self.predict_seconds(step.batch, step.lookahead, self.committed(step.batch))
+        tokens, seconds = self.predict(step.batch, step.lookahead)
         self.realised.record(
-            len(step.batch.alphas) + step.plain_beside, step.lookahead, seconds, step.seconds
+            len(step.batch.alphas) + step.plain_beside,
+            step.lookahead,
+            (tokens + step.plain_beside, seconds),
+            (step.committed, step.seconds),
         )
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections import deque
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -22,14 +20,9 @@ from specbatch.decoding.stopping import RowOutput
 
 MODES = ("speculative", "target_only", "draft_only")
 
-# Weight (in draft tokens) of the instance-wide acceptance in a row's estimate until
-# ROWS_FOR_SPREAD rows have finished, and the bounds of the weight fitted after that
-# to the spread measured over the last ROWS_REMEMBERED finished rows; the decay of the
-# instance-wide counts per step (recent rows count most).
+# Prior weight (in draft tokens) of the instance-wide acceptance in a row's estimate,
+# and the decay of the instance-wide counts per step (recent rows count most).
 ALPHA_PRIOR_WEIGHT = 4.0
-MAX_ALPHA_PRIOR_WEIGHT = 1000.0
-ROWS_FOR_SPREAD = 8
-ROWS_REMEMBERED = 200
 ALPHA_DECAY = 0.98
 
 
@@ -123,11 +116,12 @@ class Row:
         """The decoding model holds every token but the pending last one."""
         return self.primary_cached >= self.seq_len - 1
 
-    def alpha(self, prior: float, weight: float = ALPHA_PRIOR_WEIGHT) -> float:
+    def alpha(self, prior: float) -> float:
         """Acceptance estimate: accepted / (accepted + rejections), the maximum-likelihood
-        α of a geometric run, shrunk towards the instance-wide ``prior`` with the weight
-        of ``weight`` draft tokens (the posterior mean under a Beta prior)."""
-        return (self.accepted + weight * prior) / (self.accepted + self.rejections + weight)
+        α of a geometric run, shrunk towards the instance-wide ``prior``."""
+        return (self.accepted + ALPHA_PRIOR_WEIGHT * prior) / (
+            self.accepted + self.rejections + ALPHA_PRIOR_WEIGHT
+        )
 
     def result(self) -> GenerationResult:
         out = self.output
@@ -143,43 +137,13 @@ class Row:
         )
 
 
-def fitted_prior_weight(rows: Collection[tuple[int, int]]) -> float:
-    """The weight (in draft tokens) of the instance-wide acceptance in a row's estimate,
-    from finished rows' (accepted, accepted + rejections): the strength of the Beta
-    prior whose spread is the spread of acceptance between rows, by the method of
-    moments (what the rows' measured rates scatter beyond their sampling noise).
-
-    Why it matters: K is chosen on the rows' estimates, and a row's own few draft
-    tokens measure its acceptance to about ±0.07 (20 tokens at α = 0.9). Where rows
-    really differ that little, a light prior lets the noise choose K: long K goes to
-    the rows that were lucky so far, delivers less than promised, and the realised
-    correction then holds long K back for every row. Under the fitted prior a row's
-    estimate is its expected acceptance given what it showed, so no K is chosen on
-    luck; where rows do differ (code and chat on one instance), the prior is light
-    and each row's own rate speaks."""
-    if len(rows) < ROWS_FOR_SPREAD:
-        return ALPHA_PRIOR_WEIGHT
-    trials = sum(n for _, n in rows)
-    mean = sum(a for a, _ in rows) / trials
-    noise = mean * (1.0 - mean)  # variance of one draft token's outcome
-    scatter = sum(a * a / n for a, n in rows) - trials * mean * mean
-    spread = (scatter - (len(rows) - 1) * noise) / (trials - sum(n * n for _, n in rows) / trials)
-    if noise <= 0.0 or spread <= noise / MAX_ALPHA_PRIOR_WEIGHT:
-        return MAX_ALPHA_PRIOR_WEIGHT
-    return max(ALPHA_PRIOR_WEIGHT, noise / spread - 1.0)
-
-
 class AcceptanceTracker:
     """Instance-wide acceptance, decayed per speculative step: the prior for rows that
-    have not speculated yet. It starts at 0.6 from four draft tokens' worth of belief.
-    ``prior_weight`` is how much that prior weighs in a row's estimate, fitted to how
-    much the finished rows' acceptance differed (:func:`fitted_prior_weight`)."""
+    have not speculated yet. It starts at 0.6 from four draft tokens' worth of belief."""
 
     def __init__(self, initial: float = 0.6) -> None:
         self._accepted = initial * ALPHA_PRIOR_WEIGHT
         self._trials = ALPHA_PRIOR_WEIGHT
-        self._rows: deque[tuple[int, int]] = deque(maxlen=ROWS_REMEMBERED)
-        self.prior_weight = ALPHA_PRIOR_WEIGHT
 
     @property
     def alpha(self) -> float:
@@ -190,30 +154,11 @@ class AcceptanceTracker:
         """α plus two standard errors of its estimate. A K is only ever judged by the
         acceptance speculating measures, so a fresh instance (or one unlucky first
         step) that guessed low would never speculate and never learn otherwise; the
-        optimism shrinks as draft tokens are measured, and the acceptance the drafts
-        then realise corrects the rest (:mod:`specbatch.decoding.realised_acceptance`)."""
+        optimism shrinks as draft tokens are measured, and what each K then delivers
+        corrects the rest (:mod:`specbatch.decoding.realised`)."""
         alpha = self.alpha
         return min(1.0, alpha + 2.0 * math.sqrt(alpha * (1.0 - alpha) / self._trials))
-
-    @property
-    def row_prior(self) -> tuple[float, float]:
-        """(α, weight in draft tokens) of the prior in a row's estimate. Until enough rows
-        have finished to measure how much they differ: the optimistic α with a light
-        weight, so a fresh instance speculates and learns. After: the instance's α
-        itself with the fitted weight, which a row's estimate holds to for most of its
-        life, so optimism there would be optimism in every K's prediction (at α = 0.7
-        two standard errors over 150 draft tokens promise K = 3 12 % more tokens than it
-        commits); exploring is left to the choice's own bonus."""
-        if len(self._rows) < ROWS_FOR_SPREAD:
-            return self.optimistic_alpha, ALPHA_PRIOR_WEIGHT
-        return self.alpha, self.prior_weight
 
     def record(self, accepted: int, rejections: int) -> None:
         self._accepted = self._accepted * ALPHA_DECAY + accepted
         self._trials = self._trials * ALPHA_DECAY + accepted + rejections
-
-    def record_row(self, accepted: int, rejections: int) -> None:
-        """A finished row's counts (nothing if it never had a draft token judged)."""
-        if accepted + rejections > 0:
-            self._rows.append((accepted, accepted + rejections))
-            self.prior_weight = fitted_prior_weight(self._rows)

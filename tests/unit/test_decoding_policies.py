@@ -15,26 +15,15 @@ import pytest
 from specbatch.decoding.buckets import Shapes
 from specbatch.decoding.costs import PassCosts
 from specbatch.decoding.lookahead import (
-    MAX_LOOKAHEAD,
     BatchShape,
     FixedLookahead,
     GoodputLookahead,
     RuleLookahead,
     StepOutcome,
     catch_up_share,
+    expected_tokens,
     next_lookahead,
 )
-from specbatch.decoding.realised_acceptance import RealisedAcceptance, run_lengths
-from specbatch.decoding.requests import GenerationRequest
-from specbatch.decoding.rows import (
-    ALPHA_PRIOR_WEIGHT,
-    MAX_ALPHA_PRIOR_WEIGHT,
-    AcceptanceTracker,
-    Row,
-    RowHandle,
-    fitted_prior_weight,
-)
-from specbatch.decoding.stopping import RowOutput
 
 
 @pytest.mark.parametrize(
@@ -117,11 +106,6 @@ def test_step_overhead_favours_longer_steps() -> None:
     assert heavy > light
 
 
-def expected_tokens(alpha: float, k: int) -> float:
-    """Tokens a row with tokens to spare commits in a step of K = ``k`` at acceptance α."""
-    return run_lengths(alpha, [1.0] * MAX_LOOKAHEAD)[k]
-
-
 # The synthetic world the learning tests run in: a batch of 4 rows, acceptance α, and a
 # step that really costs plain + K x draft + K x verify_per_token seconds (with ±5 %
 # seeded noise), whatever the policy's cost model predicts.
@@ -133,27 +117,22 @@ def _world(plain: float, draft: float, verify_per_token: float) -> World:
     return lambda k: plain + k * (draft + verify_per_token)
 
 
-def _step(k: int, alpha: float, seconds: float, runs_rng: random.Random) -> StepOutcome:
-    """What a step of BATCH with K = ``k`` reports when each draft token is accepted
-    with probability ``alpha`` (whatever BATCH's estimates say)."""
-    runs = [next((i for i in range(k) if runs_rng.random() >= alpha), k) for _ in BATCH.alphas] if k else []
-    return StepOutcome(k, BATCH, 4 * k, sum(runs), sum(runs) + 4, seconds, runs=runs)
-
-
 def _run(policy: GoodputLookahead, world: World, steps: int, alpha: float, seed: int = 0) -> list[int]:
     """Drive the policy for ``steps`` steps; the K of each."""
-    rng, runs_rng = random.Random(seed), random.Random(seed + 1000)
+    rng = random.Random(seed)
     chosen = []
     for _ in range(steps):
         k = policy.choose(BATCH)
-        policy.record(_step(k, alpha, world(k) * rng.uniform(0.95, 1.05), runs_rng))
+        committed = 4 * expected_tokens(alpha, k, 1000)
+        seconds = world(k) * rng.uniform(0.95, 1.05)
+        policy.record(StepOutcome(k, BATCH, 4 * k, round(committed) - 4, round(committed), seconds))
         chosen.append(k)
     return chosen
 
 
 def _rate(world: World, alpha: float, ks: list[int]) -> float:
     """Tokens per second (noise-free) of running these steps."""
-    return sum(expected_tokens(alpha, k) for k in ks) / sum(world(k) for k in ks)
+    return sum(expected_tokens(alpha, k, 1000) for k in ks) / sum(world(k) for k in ks)
 
 
 def _best_k(world: World, alpha: float) -> int:
@@ -220,7 +199,7 @@ def _run_geometric(policy: GoodputLookahead, world: World, steps: int, alpha: fl
         k = policy.choose(row)
         accepted = next((i for i in range(k) if rng.random() >= alpha), k)
         seconds = world(k) * rng.uniform(0.95, 1.05)
-        policy.record(StepOutcome(k, row, k, accepted, accepted + 1, seconds, runs=[accepted] if k else []))
+        policy.record(StepOutcome(k, row, k, accepted, accepted + 1, seconds))
         chosen.append(k)
     return chosen
 
@@ -258,7 +237,7 @@ def test_goodput_prices_catching_a_draft_up_by_the_tokens_left_to_repay_it() -> 
     # the price of the switch is spread over the tokens each lagging row has left
     one = BatchShape(alphas=[0.9], remaining=[100], span=300, lags=[300])
     assert policy.switch_seconds(one, 4) == pytest.approx(
-        policy.draft_costs.predict(300, 300, 300 * 300) * expected_tokens(0.9, 4) / 100
+        policy.draft_costs.predict(300, 300, 300 * 300) * expected_tokens(0.9, 4, 100) / 100
     )
     assert policy.switch_seconds(one, 0) == 0.0
 
@@ -283,15 +262,15 @@ def _run_with_lag(
     it chooses for, never in a step's record (the catch-up is paid before the step).
     The K of each step, and the tokens per second of the last three quarters of the
     run, catch-up included."""
-    rng, runs_rng, lag, chosen, tokens, seconds = random.Random(0), random.Random(1), 0, [], 0.0, 0.0
+    rng, lag, chosen, tokens, seconds = random.Random(0), 0, [], 0.0, 0.0
     for step in range(steps):
         shape = BatchShape(BATCH.alphas, BATCH.remaining, BATCH.span, lags=[lag if lag > 3 else 0] * 4)
         k = policy.choose(shape)
         catch_up = 4 * lag * lag_cost if k and lag > 3 else 0.0
         lag = 0 if k else lag + 1
-        committed = 4 * expected_tokens(alpha, k)
+        committed = 4 * expected_tokens(alpha, k, 1000)
         took = world(k) * rng.uniform(0.95, 1.05)
-        policy.record(_step(k, alpha, took, runs_rng))
+        policy.record(StepOutcome(k, BATCH, 4 * k, round(committed) - 4, round(committed), took))
         chosen.append(k)
         if step >= steps // 4:
             tokens, seconds = tokens + committed, seconds + took + catch_up
@@ -367,102 +346,22 @@ def test_shapes_pad_to_buckets_only_when_static() -> None:
 
 def test_rows_that_ran_beside_a_speculative_step_do_not_count_as_its_lost_tokens() -> None:
     # Just after speculation is switched on most drafts lag: those rows run a plain pass
-    # beside the speculative one and commit one token each. A step whose speculative
-    # row was accepted as predicted and that took the predicted seconds must leave
-    # both corrections at 1, not read as a K delivering a third of its tokens.
+    # beside the speculative one and commit one token each. A step that delivered exactly
+    # what was predicted for what ran must leave the K's token correction at 1, not read
+    # as a K delivering a third of its tokens.
     policy = GoodputLookahead(
         _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
     )
-    speculating = BatchShape(alphas=[22 / 26], remaining=[100], span=100)
-    for run in [4, 2, 4, 1, 4, 3, 4, 0] * 5:  # 22 of the 26 draft tokens judged are accepted
-        seconds = policy.predict(speculating, 4)[1]
-        policy.record(StepOutcome(4, speculating, 4, run, run + 1 + 3, seconds, plain_beside=3, runs=[run]))
-    assert policy.acceptance.factors() == pytest.approx([1.0] * MAX_LOOKAHEAD, abs=0.06)
-    assert policy.realised.corrections(4, [4]) == [pytest.approx(1.0)]
-
-
-def test_a_rows_acceptance_prior_weighs_as_little_as_rows_really_differ() -> None:
-    rng = random.Random(0)
-
-    def finished_row(alpha: float, tokens: int) -> tuple[int, int]:
-        accepted = sum(rng.random() < alpha for _ in range(tokens))
-        return accepted, tokens
-
-    few = [finished_row(0.9, 20) for _ in range(7)]
-    assert fitted_prior_weight(few) == ALPHA_PRIOR_WEIGHT, "too few rows to measure a spread"
-    alike = [finished_row(0.9, rng.randint(5, 60)) for _ in range(200)]
-    # (a row's 20 draft tokens then weigh a sixth of its estimate at most)
-    assert fitted_prior_weight(alike) >= 100, "rows that differ by sampling noise alone share one α"
-    mixed = [finished_row(rng.choice((0.5, 0.9)), rng.randint(5, 60)) for _ in range(200)]
-    # acceptance spread 0.2 about 0.7: a Beta prior of strength 0.7 x 0.3 / 0.04 - 1
-    assert fitted_prior_weight(mixed) == pytest.approx(4.25, abs=1.5)
-    assert fitted_prior_weight([(20, 20)] * 10) == MAX_ALPHA_PRIOR_WEIGHT
-
-
-def test_realised_acceptance_corrects_an_optimistic_estimate_at_every_position() -> None:
-    rng, acceptance = random.Random(0), RealisedAcceptance(MAX_LOOKAHEAD)
-    for _ in range(400):  # 8 rows estimated at 0.97, accepted at 0.9, with K = 3 only
-        runs = [next((i for i in range(3) if rng.random() >= 0.9), 3) for _ in range(8)]
-        acceptance.record([0.97] * 8, runs, 3)
-    factors = acceptance.factors()
-    assert factors[:3] == pytest.approx([0.9 / 0.97] * 3, abs=0.03)
-    assert factors[3:] == pytest.approx([factors[0]] * 5, abs=0.03), "unseen positions take the pooled factor"
-    # acceptance that falls with the position is learnt where it was measured
-    falling = RealisedAcceptance(MAX_LOOKAHEAD)
-    for _ in range(400):
-        runs = [next((i for i in range(8) if rng.random() >= 0.95 - 0.1 * i), 8) for _ in range(8)]
-        falling.record([0.9] * 8, runs, 8)
-    assert falling.factors()[0] > 1.0 > falling.factors()[3]
-
-
-def _served_one_row_at_a_time(
-    policy: GoodputLookahead, world: World, alpha: float, rows: int, seed: int
-) -> list[tuple[int, int]]:
-    """Drive the policy as the engine does at concurrency 1: rows of 8-32 or 96-256 new
-    tokens one after another, each estimated by its own accepted runs shrunk towards the
-    instance-wide acceptance (the tracker's prior and fitted weight), every draft token
-    accepted with probability ``alpha``. The (K, tokens left) of every step."""
-    rng, tracker, steps = random.Random(seed), AcceptanceTracker(), []
-
-    def shape(row: Row, remaining: int) -> BatchShape:
-        estimate = row.alpha(*tracker.row_prior)
-        return BatchShape(alphas=[estimate], remaining=[remaining], span=100)
-
-    for _ in range(rows):
-        budget = rng.randint(8, 32) if rng.random() < 0.6 else rng.randint(96, 256)
-        output = RowOutput(budget, ())
-        row = Row(RowHandle(), GenerationRequest([1]), "speculative", [1], 1, output, 0, None, 0)
-        remaining = budget
-        while remaining > 0:
-            k = min(policy.choose(shape(row, remaining)), remaining - 1)
-            run = next((i for i in range(k) if rng.random() >= alpha), k)
-            if k:
-                row.accepted, row.rejections = row.accepted + run, row.rejections + (run < k)
-                tracker.record(run, int(run < k))
-            seconds = world(k) * rng.uniform(0.95, 1.05)
-            outcome = StepOutcome(k, shape(row, remaining), k, run, run + 1, seconds, runs=[run] if k else [])
-            policy.record(outcome)
-            steps.append((k, remaining))
-            remaining -= run + 1
-        tracker.record_row(row.accepted, row.rejections)
-    return steps
-
-
-def test_goodput_serving_short_rows_chooses_k_on_their_shared_acceptance_not_on_luck() -> None:
-    # Each row measures its acceptance from a few draft tokens: a light prior lets the
-    # luck of those few choose K, and long K, run for the lucky rows, falls short of
-    # what their estimates promised. At α = 0.9 in this world K = 8 is best and K = 3
-    # delivers 0.86x of it.
-    world = _world(plain=0.01, draft=0.0007, verify_per_token=0.0003)
-    assert _best_k(world, 0.9) == 8 and _rate(world, 0.9, [3]) < 0.87 * _rate(world, 0.9, [8])
-    for seed in range(3):
-        steps = _served_one_row_at_a_time(_optimistic_policy(), world, 0.9, rows=120, seed=seed)
-        later = steps[len(steps) // 4 :]
-        delivered = sum(run_lengths(0.9, [1.0] * 8)[min(k, left - 1)] for k, left in later)
-        best = sum(run_lengths(0.9, [1.0] * 8)[min(8, left - 1)] for _, left in later)
-        rate = delivered / sum(world(k) for k, _ in later)
-        best_rate = best / sum(world(min(8, left - 1)) for _, left in later)
-        assert rate >= 0.95 * best_rate
+    speculating = BatchShape(alphas=[0.9], remaining=[100], span=100)
+    for _ in range(20):
+        tokens, seconds = policy.predict(speculating, 4)
+        policy.record(StepOutcome(4, speculating, 4, 3, round(tokens) + 3, seconds, plain_beside=3))
+        assert policy.realised.corrections(4, [4])[0][0] == pytest.approx(
+            (round(tokens) + 3) / (tokens + 3), rel=0.05
+        )
+    [(token_factor, time_factor)] = policy.realised.corrections(4, [4])
+    assert token_factor > 0.95
+    assert time_factor == pytest.approx(1.0)
 
 
 def test_a_probe_of_speculation_pays_the_whole_catch_up_so_long_plain_decoding_is_probed_less() -> None:

@@ -1,27 +1,33 @@
-"""What each K's steps actually cost, as a correction of what the cost model predicted.
+"""What each K actually delivered, as a correction of what the cost model predicted.
 
-The goodput choice of K rests on a fitted pass-cost model, which can be wrong in ways
-that matter (a loaded CPU, Python overhead per step, padded verify shapes under
-compilation, the plain pass of rows that run beside a speculative one). So every step
-reports the seconds it took, and this module keeps, per batch-size bucket and per K,
-the ratio of realised to predicted seconds. A K's corrected goodput is its predicted
-tokens (at the acceptance :mod:`specbatch.decoding.realised_acceptance` corrects) over
-its predicted seconds times that ratio: the cost model is the prior, realised cost the
+The goodput choice of K rests on a fitted pass-cost model and on per-row acceptance
+estimates; both can be wrong in ways that matter (a loaded CPU, Python overhead per
+step, padded verify shapes under compilation, a fresh engine's guessed acceptance).
+So every step that ran K reports the tokens it committed and the seconds it took,
+and this module keeps, per batch-size bucket and per K, the ratio of realised to
+predicted tokens and of realised to predicted seconds. A K's corrected goodput is
+its prediction times those ratios: the cost model is the prior, realised goodput the
 evidence (a contextual bandit over K, as BanditSpec runs one over speculation settings).
 
-- K = 0 is always an arm.
+- K = 0 is always an arm; its token count is exact (one per row), so only its time
+  is corrected.
+- Tokens are judged across the speculative arms, never one K alone: every K > 0 takes
+  the ratio on the line in K through all their evidence. Acceptance is a property of
+  the draft per token, which every K measures (the line keeps what a longer draft
+  loses further out); one step's tokens, a run of 1 to K + 1, vary by half their mean
+  at α = 0.9, so a K judged by its own few steps is locked out by one unlucky probe.
 - Seconds are judged per arm, since padding and pass shapes differ by K; an arm that
   has run little borrows the line through the other speculative arms' ratios, so when
   speculation costs more than predicted every K > 0 learns it from the first Ks tried.
-- Evidence is discounted (recent steps weigh most), so a changed cost is learnt
-  again: a plain step ages the plain arm, a speculative step every speculative arm
-  (near-tied Ks taking turns must forget a changed cost as fast as one K would). An
-  arm left alone falls back, slowly, to what the cost model (itself refitted on every
-  pass) predicts, and its optimism bonus grows as its evidence fades (discounted UCB,
-  Garivier and Moulines 2011), so a K is retried when its corrected goodput comes
-  close to the best's. The bonus is divided by what a probe costs over a plain step
-  (the K's step, and catching lagging drafts up in full), since a probe of a long K,
-  or after long plain decoding, costs that many steps.
+- Evidence is discounted (recent steps weigh most), so a changed cost or acceptance
+  is learnt again: a plain step ages the plain arm, a speculative step every
+  speculative arm (near-tied Ks taking turns must forget a changed cost as fast as one
+  K would). An arm left alone falls back, slowly, to what the cost model
+  (itself refitted on every pass) predicts, and its optimism bonus grows as its
+  evidence fades (discounted UCB, Garivier and Moulines 2011), so a K is retried when
+  its corrected goodput comes close to the best's. The bonus is divided by what a
+  probe costs over a plain step (the K's step, and catching lagging drafts up in
+  full), since a probe of a long K, or after long plain decoding, costs that many steps.
 """
 
 from __future__ import annotations
@@ -49,27 +55,33 @@ EXPLORATION = 0.03
 
 @dataclass
 class _Evidence:
-    """Discounted sums of one arm's steps: their predicted and realised seconds."""
+    """Discounted sums of one arm's steps: predicted and realised tokens and seconds."""
 
     steps: float = 0.0
+    predicted_tokens: float = 0.0
+    realised_tokens: float = 0.0
     predicted_seconds: float = 0.0
     realised_seconds: float = 0.0
 
     def decay(self, factor: float) -> None:
         self.steps *= factor
+        self.predicted_tokens *= factor
+        self.realised_tokens *= factor
         self.predicted_seconds *= factor
         self.realised_seconds *= factor
 
-    def add(self, predicted: float, realised: float) -> None:
+    def add(self, predicted: tuple[float, float], realised: tuple[float, float]) -> None:
         self.steps += 1
-        self.predicted_seconds += predicted
-        self.realised_seconds += realised
+        self.predicted_tokens += predicted[0]
+        self.realised_tokens += realised[0]
+        self.predicted_seconds += predicted[1]
+        self.realised_seconds += realised[1]
 
 
 def _shrunk(realised: float, predicted: float, steps: float, prior: float) -> float:
-    """Realised per predicted over ``steps`` steps (a ratio of sums, which one slow step
-    moves less than a mean of ratios), shrunk towards ``prior`` with the weight of
-    PRIOR_STEPS steps."""
+    """Realised per predicted over ``steps`` steps (a ratio of sums: one step's outcome,
+    a run of 1 to K + 1 tokens, is far noisier than their total), shrunk towards
+    ``prior`` with the weight of PRIOR_STEPS steps."""
     if steps <= 0 or predicted <= 0:
         return prior
     per_step = predicted / steps
@@ -83,29 +95,31 @@ class _Bucket:
     def arm(self, k: int) -> _Evidence:
         return self.arms.setdefault(k, _Evidence())
 
-    def corrections(self, ks: Iterable[int]) -> list[float]:
-        """Each K's seconds realised per predicted: K's own steps, shrunk towards the
-        line through every speculative arm's (fitted once for all the Ks asked of: the
-        choice asks of nine a step)."""
-        line = _speculative_line(
-            [
-                (j, e.steps, e.realised_seconds / e.predicted_seconds)
-                for j, e in self.arms.items()
-                if j > 0 and e.steps > 0
-            ]
+    def corrections(self, ks: Iterable[int]) -> list[tuple[float, float]]:
+        """Each K's (tokens, seconds) realised per predicted: tokens from every
+        speculative arm's line, seconds from K's own steps shrunk towards theirs. The
+        lines are fitted once for all the Ks asked of (the choice asks of nine a step)."""
+        speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
+        tokens = _speculative_line(
+            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
+        )
+        seconds = _speculative_line(
+            [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
         )
         found = []
         for k in ks:
             arm = self.arms.get(k, _Evidence())
-            prior = 1.0 if k == 0 else line(k)
-            found.append(_shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, prior))
+            prior = (1.0, 1.0) if k == 0 else (tokens(k), seconds(k))
+            found.append(
+                (prior[0], _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, prior[1]))
+            )
         return found
 
 
 def _speculative_line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:
     """What the speculative arms tried so far say of each K: their (K, steps, ratio)
-    on a line in K (a per-token cost mispredicted errs more the longer K is), shrunk
-    towards 1 by how much evidence there is."""
+    on a line in K (an acceptance or a per-token cost mispredicted errs more the
+    longer K is), shrunk towards 1 by how much evidence there is."""
     if not points:
         return lambda k: 1.0
     weight = sum(w for _, w, _ in points)
@@ -133,24 +147,26 @@ def batch_bucket(rows: int) -> int:
     return max(1, rows).bit_length()
 
 
-class RealisedCost:
-    """Per batch-size bucket and per K: how realised step seconds compare with predictions."""
+class RealisedGoodput:
+    """Per batch-size bucket and per K: how realised steps compare with predictions."""
 
     def __init__(self) -> None:
         self._buckets: dict[int, _Bucket] = {}
 
-    def record(self, rows: int, k: int, predicted: float, realised: float) -> None:
-        """One step of ``rows`` rows ran K = ``k``, predicted to take ``predicted``
-        seconds; it took ``realised``."""
-        if min(predicted, realised) <= 0:
+    def record(
+        self, rows: int, k: int, predicted: tuple[float, float], realised: tuple[float, float]
+    ) -> None:
+        """One step of ``rows`` rows ran K = ``k``; ``predicted`` and ``realised`` are
+        (committed tokens, seconds)."""
+        if min(*predicted, *realised) <= 0:
             return
         bucket = self._buckets.setdefault(batch_bucket(rows), _Bucket())
         for arm, evidence in bucket.arms.items():
             evidence.decay(DISCOUNT if (arm > 0) == (k > 0) else IDLE_DISCOUNT)
         bucket.arm(k).add(predicted, realised)
 
-    def corrections(self, rows: int, ks: Iterable[int]) -> list[float]:
-        """Each K's seconds realised per predicted at this batch size."""
+    def corrections(self, rows: int, ks: Iterable[int]) -> list[tuple[float, float]]:
+        """Each K's (tokens, seconds) realised per predicted at this batch size."""
         return self._buckets.get(batch_bucket(rows), _Bucket()).corrections(ks)
 
     def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
