@@ -39,6 +39,13 @@ MAX_LOOKAHEAD = 8
 # Speculate only when the corrected goodput is at least this gain over plain decoding:
 # plain decoding is the safe side of a close call.
 GOODPUT_MARGIN = 1.01
+# Plain decoding held without a new choice for this many steps of the same batch size
+# when even the most hopeful K > 0 (its optimism bonus included) promises under
+# PLAIN_HOLD_BELOW of plain decoding's goodput. A choice prices nine Ks; where
+# speculation is far from paying, that is a few per cent of a one-row step spent on an
+# answer that cannot change within a few steps.
+PLAIN_HOLD_STEPS = 8
+PLAIN_HOLD_BELOW = 0.8
 
 
 def next_lookahead(current: int, acceptance: float) -> int:
@@ -177,6 +184,8 @@ class GoodputLookahead:
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
         self.k = 0
+        self._plain_held = 0  # steps left of a held plain choice
+        self._held_rows = 0  # the batch size it was made for
 
     def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``."""
@@ -241,6 +250,9 @@ class GoodputLookahead:
         if not batch.alphas:
             return 0
         rows = len(batch.alphas)
+        if self._plain_held and rows == self._held_rows:
+            self._plain_held -= 1
+            return 0
         steps = self.corrected(batch, range(MAX_LOOKAHEAD + 1))
         rates = [t / s if s > 0 else float("inf") for t, s in steps]
         plain_seconds = steps[0][1]
@@ -256,6 +268,8 @@ class GoodputLookahead:
         for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1):
             if scores[k] > best:
                 best_k, best = k, scores[k]
+        far_from_paying = max(scores[MIN_LOOKAHEAD:]) < PLAIN_HOLD_BELOW * scores[0]
+        self._plain_held, self._held_rows = (PLAIN_HOLD_STEPS, rows) if far_from_paying else (0, 0)
         self.k = best_k
         return best_k
 

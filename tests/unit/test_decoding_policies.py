@@ -15,6 +15,7 @@ import pytest
 from specbatch.decoding.buckets import Shapes
 from specbatch.decoding.costs import PassCosts
 from specbatch.decoding.lookahead import (
+    PLAIN_HOLD_STEPS,
     BatchShape,
     FixedLookahead,
     GoodputLookahead,
@@ -166,6 +167,63 @@ def test_goodput_switches_speculation_off_when_it_cannot_pay() -> None:
     assert Counter(chosen[100:])[0] >= 450, "a rare probe of K > 0, never a slower server"
     assert _rate(world, alpha, chosen[100:]) >= 0.98 * _rate(world, alpha, [0])
     assert _rate(world, alpha, chosen) >= 0.95 * _rate(world, alpha, [0]), "learning costs little"
+
+
+def _choices_priced(policy: GoodputLookahead, batches: list[BatchShape]) -> list[tuple[int, bool]]:
+    """Each batch's K and whether the policy priced the Ks for it (a plain step recorded
+    after each, as the engine does)."""
+    priced = []
+    corrected = policy.corrected
+
+    def counting(batch: BatchShape, lookaheads) -> list[tuple[float, float]]:
+        priced.append(True)
+        return corrected(batch, lookaheads)
+
+    policy.corrected = counting
+    found = []
+    for batch in batches:
+        before = len(priced)
+        k = policy.choose(batch)
+        tokens, seconds = policy.predict(batch, k)
+        policy.record(StepOutcome(k, batch, 0, 0, round(tokens), seconds))
+        found.append((k, len(priced) > before))
+    return found
+
+
+def test_goodput_holds_plain_decoding_where_speculation_is_far_from_paying() -> None:
+    # every K > 0 costs several plain steps at α = 0.3: the choice is priced once per
+    # hold, and a new batch size is priced at once
+    policy = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-3, fixed=0.01))
+    )
+    one = BatchShape(alphas=[0.3], remaining=[1000], span=100)
+    two = BatchShape(alphas=[0.3] * 2, remaining=[1000] * 2, span=100)
+    steps = 3 * (PLAIN_HOLD_STEPS + 1)
+    found = _choices_priced(policy, [one] * steps + [two])
+    assert [k for k, _ in found] == [0] * (steps + 1)
+    assert [priced for _, priced in found[:steps]] == ([True] + [False] * PLAIN_HOLD_STEPS) * 3
+    assert found[-1][1], "a new batch size is a new choice"
+
+
+def test_goodput_prices_every_step_of_a_close_call() -> None:
+    # speculation within a few per cent of plain decoding: the optimism bonus may pick a
+    # K > 0 at any step, so plain decoding is never held
+    policy = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-4, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    )
+
+    def batch(alpha: float) -> BatchShape:
+        return BatchShape(alphas=[alpha] * 4, remaining=[1000] * 4, span=100)
+
+    def best_speculative_over_plain(alpha: float) -> float:
+        return max(policy.goodput(batch(alpha), k) for k in range(1, 9)) / policy.goodput(batch(alpha), 0)
+
+    low, high = 0.0, 0.99
+    for _ in range(40):  # the α at which the best K > 0 predicts 0.9x plain decoding
+        middle = (low + high) / 2
+        low, high = (middle, high) if best_speculative_over_plain(middle) < 0.9 else (low, middle)
+    found = _choices_priced(policy, [batch(low)] * (2 * PLAIN_HOLD_STEPS))
+    assert all(priced for _, priced in found)
 
 
 def test_goodput_learns_again_when_the_cost_changes() -> None:
