@@ -14,6 +14,8 @@
   paid (a sunk cost says nothing of which K is best next). A row admitted while the
   policy speculates has its draft prefilled before any choice sees it: a standing
   cost of speculating, which the engine charges to the speculative steps it enables.
+  Where speculation is far from paying, plain decoding is held for a few steps of the
+  same batch size without pricing the Ks again.
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].
