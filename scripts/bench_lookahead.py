@@ -227,9 +227,9 @@ def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
         for policy in tqdm(POLICIES, desc=f"{name} warm-up", leave=False)
     }
     # The engines share one process, as no server's would. A full garbage collection
-    # walks every engine's objects and lands on whichever engine allocated last, so the
-    # policy that allocates most per step (goodput's choice) paid for the others' heaps
-    # too. Frozen, the warmed engines' objects are no longer walked.
+    # walks every engine's objects and runs in whichever engine's thread allocated last,
+    # so the policy that allocates most per step (goodput's choice) is charged for
+    # walking the others' heaps too. Frozen, the warmed engines' objects are not walked.
     gc.collect()
     gc.freeze()
     try:
