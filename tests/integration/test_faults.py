@@ -62,30 +62,43 @@ def test_sigterm_with_requests_in_flight_answers_them_and_exits_within_the_timeo
     """One row per instance: of six requests two run and the others wait when SIGTERM
     comes. Triton stops taking requests and waits for those in flight; each is served in
     full or answered with the shutdown error, and the server exits cleanly inside its exit
-    timeout (an expired timeout exits with an error status and drops what is left)."""
+    timeout (an expired timeout exits with an error status and drops what is left). The
+    running rows are held on their first step (each instance says when it holds one) until
+    the signal has been sent, so the state the signal meets does not depend on how fast the
+    machine runs."""
     exit_timeout_s = 20
-    env = {"SPECBATCH_BATCH_SIZE_MAX": "1", "SPECBATCH_QUEUE_MIN": "8", **PATIENT_SLA}
+    release = tmp_path / "release"
+    env = {
+        "SPECBATCH_BATCH_SIZE_MAX": "1",
+        "SPECBATCH_QUEUE_MIN": "8",
+        "SPECBATCH_FAULT_INJECTION": "1",
+        "SPECBATCH_FAULT_RELEASE": str(release),
+        **PATIENT_SLA,
+    }
     with running_server(tmp_path / "server.log", env, exit_timeout_s=exit_timeout_s) as process:
         client = SpecbatchClient(process.http_url)
         client.generate([INFOBENCH_PROMPT], SHORT)  # warm
 
-        def long_request(_):
+        def held_request(_):
             try:
-                return client.generate([INFOBENCH_PROMPT], GenerationOptions(max_tokens=48))[0], None
+                prompt = INFOBENCH_PROMPT + " [[fault:hold]]"
+                return client.generate([prompt], GenerationOptions(max_tokens=48))[0], None
             except Exception as exc:
                 return None, str(exc)
 
-        def gauge(name: str) -> float:
-            return counter(process, name)
+        def two_held_and_others_waiting() -> bool:
+            held = len(list(tmp_path.glob(f"{release.name}.held.*")))
+            return held == 2 and counter(process, "specbatch_queue_depth") >= 1
 
         with ThreadPoolExecutor(6) as pool:
-            futures = [pool.submit(long_request, i) for i in range(6)]
-            deadline = time.monotonic() + 60
-            while not (gauge("specbatch_running_rows") == 2 and gauge("specbatch_queue_depth") >= 1):
+            futures = [pool.submit(held_request, i) for i in range(6)]
+            deadline = time.monotonic() + 120
+            while not two_held_and_others_waiting():
                 assert time.monotonic() < deadline, "two rows never ran with others waiting"
                 time.sleep(0.05)
             process.process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
+            release.touch()
             returncode = process.process.wait(timeout=exit_timeout_s + 15)
             exited_after_s = time.monotonic() - signalled
             results = [future.result(timeout=30) for future in futures]
