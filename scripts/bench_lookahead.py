@@ -11,15 +11,11 @@ A round gives every engine, from empty, the round's own fresh workload (that of
 scripts/bench_continuous.py: prompts of 16-256 tokens, 60 % of rows 8-32 new tokens,
 40 % 96-256; greedy; end-of-sequence off; a new seed each round, so no prompt is served
 from the prefix cache of an earlier round) as a closed loop at a fixed concurrency:
-each client submits its next request as soon as its previous one ends, the requests
-taken in the workload's order. A relay lets one engine step at a time, for a slice of
-wall time (0.5 s) in an order rotated every turn, until each has finished a warm-up of
-requests and then a window of requests, counted in the order they end (1 + c and
-4 + c // 2 at concurrency c); a policy's tokens/s is what its engine streamed between
-the window's first and last ending over the seconds it held the relay in between. So
-every policy runs under the same machine speed however a shared machine drifts, and
-on the same work: at one client exactly the same requests, where a window of the same
-seconds would end on different ones and weigh long prompts' prefill differently.
+each client submits its next request as soon as its previous one ends. A relay lets
+one engine step at a time, for a slice of wall time (0.5 s) in an order rotated every
+turn, until each has run a warm-up and then a window of its own time; a policy's
+tokens/s is what its engine streamed in the window's slices over their seconds. So
+every policy runs under the same machine speed however a shared machine drifts.
 Before its rounds at a concurrency, the policies that learn (the rule, goodput) run
 one untimed round of their own. The table gives the median over rounds and the spread.
 A plain control runs beside them: K = 0 at every step through the speculative path, the
@@ -78,14 +74,11 @@ PAIRS = {
     "a90-12L": (BENCH_SPEC, 0.9, 2.0),
 }
 PROMPT_RANGE = (16, 256)
-# Requests to end before the window, per concurrent client, on top of --warm-jobs: every
-# run starts from an empty engine and a burst of fresh prompts, which takes longer to
-# turn into steady decoding the more clients there are (at 32 clients on a50, 2 cores:
-# about 5 s, some 30 requests, before tokens/s levels off).
-WARM_JOBS_PER_CLIENT = 1
-# Requests in the window per two clients, on top of --window-jobs: about 3 s of
-# target-only decoding at 1 to 32 clients on the tiny pairs.
-WINDOW_JOBS_PER_TWO_CLIENTS = 1
+# Seconds of warm-up per concurrent client, on top of --warm: every run starts from an
+# empty engine and a burst of fresh prompts, which takes longer to turn into steady
+# decoding the more clients there are (at 32 clients on a50, 2 cores: about 5 s before
+# tokens/s levels off).
+WARM_PER_CLIENT = 0.2
 
 
 def _lookahead(policy: str) -> int | str:
@@ -137,10 +130,9 @@ class Relay:
 
         return hook
 
-    def hold(self, name: str, engine: Engine, seconds: float) -> tuple[float, float]:
-        """Let ``name``'s engine step for ``seconds``; when it held the relay (perf_counter
-        from, to), until its last iteration ended (it parked at the hook, or its loop went
-        idle)."""
+    def hold(self, name: str, engine: Engine, seconds: float) -> float:
+        """Let ``name``'s engine step for ``seconds``; the seconds it held the relay,
+        until its last iteration ended (it parked at the hook, or its loop went idle)."""
         with self._cond:
             self._holder = name
             self._cond.notify_all()
@@ -155,7 +147,7 @@ class Relay:
 
             while not self._cond.wait_for(stopped, timeout=0.002):
                 pass
-        return started, time.perf_counter()
+        return time.perf_counter() - started
 
     def open(self) -> None:
         """Let every engine step (to drain its rows)."""
@@ -171,24 +163,11 @@ class Relay:
 
 class ClosedLoop:
     """``concurrency`` clients of one engine, each submitting the workload's next request
-    as soon as its previous one ends; counts the tokens streamed, and marks (time, tokens
-    so far) when the ``window_from``-th request has ended and when ``window_to`` have."""
+    as soon as its previous one ends; counts the tokens streamed."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        jobs: list[Job],
-        concurrency: int,
-        mode: str,
-        window_from: int = 0,
-        window_to: int | None = None,
-    ) -> None:
+    def __init__(self, engine: Engine, jobs: list[Job], concurrency: int, mode: str) -> None:
         self.engine, self.jobs, self.mode = engine, jobs, mode
         self.tokens = 0
-        self.ended = 0
-        self._window_from, self._window_to = window_from, window_to
-        self.window_start: tuple[float, int] | None = None
-        self.window_end: tuple[float, int] | None = None
         self._next_job = itertools.cycle(range(len(jobs)))
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -201,14 +180,6 @@ class ClosedLoop:
 
     def on_tokens(self, updates: dict[int, list[int]]) -> None:
         self.tokens += sum(len(tokens) for tokens in updates.values())
-
-    def on_ended(self) -> None:
-        """A request ended (the engine's thread, after the tokens of its last step)."""
-        self.ended += 1
-        if self.ended == self._window_from:
-            self.window_start = (time.perf_counter(), self.tokens)
-        if self.ended == self._window_to:
-            self.window_end = (time.perf_counter(), self.tokens)
 
     def _client(self, index: int) -> None:
         done = threading.Semaphore(0)
@@ -242,7 +213,6 @@ class _ClientSink:
         self.loop.on_tokens(updates)
 
     def on_finished(self, key: int, result: GenerationResult) -> None:
-        self.loop.on_ended()
         self.done.release()
 
 
@@ -274,8 +244,8 @@ def _measure_concurrencies(name: str, engines: dict[str, Engine], args) -> list[
         engine.step_hook = relay.gate(policy)
     rows = []
     for concurrency in args.concurrency:
-        warm = args.warm_jobs + WARM_JOBS_PER_CLIENT * concurrency
-        window = args.window_jobs + WINDOW_JOBS_PER_TWO_CLIENTS * (concurrency // 2)
+        warm = scale_of(name) * (args.warm + WARM_PER_CLIENT * concurrency)
+        window = scale_of(name) * args.window
         # an untimed round: the policies that learn meet this batch size before they are timed at it
         relay_round(relay, {p: engines[p] for p in LEARNING}, name, concurrency, -1, warm, window, args)
         for round_index in tqdm(range(args.rounds), desc=f"{name} c={concurrency}", leave=False):
@@ -289,35 +259,39 @@ def relay_round(
     pair: str,
     concurrency: int,
     round_index: int,
-    warm: int,
-    window: int,
+    warm: float,
+    window: float,
     args,
 ) -> list[dict]:
-    """Every engine from empty, on the round's own workload, runs a closed loop until
-    ``warm`` + ``window`` of its requests have ended, in slices handed round by the relay;
-    its tokens/s is what it streamed from the ``warm``-th ending to the last over the
-    seconds it held the relay in between."""
+    """Every engine from empty, on the round's own workload, runs a closed loop for
+    ``warm`` + ``window`` seconds of its own, in slices handed round by the relay; its
+    tokens/s is what it streamed in the window's slices over their seconds."""
     jobs = make_workload(
         next(iter(engines.values())).pair, 400, seed=13 + round_index, prompt_range=PROMPT_RANGE
     )
     loops = {
         policy: ClosedLoop(
-            engine,
-            jobs,
-            concurrency,
-            "target_only" if policy == "target_only" else "speculative",
-            window_from=warm,
-            window_to=warm + window,
+            engine, jobs, concurrency, "target_only" if policy == "target_only" else "speculative"
         )
         for policy, engine in engines.items()
     }
-    turns: dict[str, list[tuple[float, float]]] = {policy: [] for policy in engines}
+    held = dict.fromkeys(engines, 0.0)
+    timed = {policy: [0.0, 0] for policy in engines}  # seconds, tokens
     before = {policy: engine.lookahead_steps for policy, engine in engines.items()}
     rotation = round_index * 5 + concurrency
-    while any(loop.window_end is None for loop in loops.values()):
+    while any(seconds < warm + window for seconds in held.values()):
         for policy in _rotated(list(engines), rotation):
-            if loops[policy].window_end is None:
-                turns[policy].append(relay.hold(policy, engines[policy], args.slice * scale_of(pair)))
+            if held[policy] >= warm + window:
+                continue
+            limit = warm if held[policy] < warm else warm + window
+            tokens = loops[policy].tokens
+            seconds = relay.hold(
+                policy, engines[policy], min(args.slice * scale_of(pair), limit - held[policy])
+            )
+            if held[policy] >= warm:
+                timed[policy][0] += seconds
+                timed[policy][1] += loops[policy].tokens - tokens
+            held[policy] += seconds
         rotation += 1
     relay.open()
     for loop in loops.values():
@@ -327,17 +301,14 @@ def relay_round(
     for policy, engine in engines.items():
         after = engine.lookahead_steps
         steps = {k: after.get(k, 0) - before[policy].get(k, 0) for k in after}
-        (start, tokens_before), (end, tokens_after) = loops[policy].window_start, loops[policy].window_end
-        seconds = held_between(turns[policy], start, end)
         rows.append(
             {
                 "pair": pair,
                 "concurrency": concurrency,
                 "round": round_index,
                 "policy": policy,
-                "tokens_per_s": (tokens_after - tokens_before) / seconds,
-                "seconds": seconds,
-                "tokens": tokens_after - tokens_before,
+                "tokens_per_s": timed[policy][1] / timed[policy][0],
+                "seconds": timed[policy][0],
                 "mean_k": _mean_k(steps),
                 "plain_step_fraction": steps.get(0, 0) / max(1, sum(steps.values())),
             }
@@ -345,14 +316,8 @@ def relay_round(
     return rows
 
 
-def held_between(turns: list[tuple[float, float]], start: float, end: float) -> float:
-    """Seconds of ``turns`` (when an engine held the relay) that lie between ``start``
-    and ``end``: the engine's own time in its window, whatever it waited for others."""
-    return sum(max(0.0, min(to, end) - max(since, start)) for since, to in turns)
-
-
 def scale_of(pair: str) -> float:
-    """How much longer the pair's slices are than the tiny pairs'."""
+    """How much longer the pair's slices and windows are than the tiny pairs'."""
     return PAIRS[pair][2]
 
 
@@ -556,17 +521,9 @@ def main() -> None:
     parser.add_argument("--concurrency", nargs="+", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None, help="repeats of every policy (default 3)")
     parser.add_argument(
-        "--warm-jobs",
-        type=int,
-        default=1,
-        help=f"requests to end before the window (+{WARM_JOBS_PER_CLIENT} per client)",
+        "--warm", type=float, default=None, help="seconds of each run before the window (+0.04 s per client)"
     )
-    parser.add_argument(
-        "--window-jobs",
-        type=int,
-        default=None,
-        help=f"requests in the window (+{WINDOW_JOBS_PER_TWO_CLIENTS} per two clients; default 4, --quick 2)",
-    )
+    parser.add_argument("--window", type=float, default=None, help="seconds of each run's window")
     parser.add_argument(
         "--slice", type=float, default=0.5, help="seconds an engine holds the relay at a time"
     )
@@ -579,7 +536,8 @@ def main() -> None:
     args.rounds = args.rounds or (2 if args.quick else 3)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2: each round's best is judged on the others")
-    args.window_jobs = args.window_jobs if args.window_jobs is not None else (2 if args.quick else 4)
+    args.warm = args.warm if args.warm is not None else 0.4
+    args.window = args.window if args.window is not None else (1.0 if args.quick else 3.0)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
     torch.manual_seed(0)
@@ -595,9 +553,8 @@ def main() -> None:
     print(
         f"\n## K policies, closed loop ({'quick' if args.quick else 'full'}, commit {commit}, "
         f"{machine(args.device)}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, "
-        f"{args.rounds} rounds of {args.warm_jobs} + {WARM_JOBS_PER_CLIENT} per client requests of "
-        f"warm-up, windows of {args.window_jobs} + {WINDOW_JOBS_PER_TWO_CLIENTS} per two clients, "
-        f"in {args.slice:.2f} s slices (twice as long on a90-12L), "
+        f"{args.rounds} rounds of {args.warm:.1f} s + {WARM_PER_CLIENT} s per client + {args.window:.1f} s "
+        f"windows in {args.slice:.2f} s slices (all twice as long on a90-12L), "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
     print(table(cells))

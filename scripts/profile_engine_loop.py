@@ -31,6 +31,7 @@ from bench_lookahead import (
     PAIRS,
     POLICIES,
     PROMPT_RANGE,
+    WARM_PER_CLIENT,
     ClosedLoop,
     load_pair,
     warmed_engine,
@@ -39,10 +40,6 @@ from bench_lookahead import (
 from specbatch.decoding import Engine, ModelPair
 from specbatch.decoding.lookahead import StepOutcome
 
-# Seconds before the measured window, per concurrent client (on top of 0.4 s): a run from
-# an empty engine and a burst of fresh prompts takes longer to reach steady decoding the
-# more clients there are (at 32 clients on a50, 2 cores: about 5 s).
-WARM_PER_CLIENT = 0.2
 ENGINE_PARTS = ("_prefill", "_catch_up", "_decode", "_deliver", "_choose_lookahead")
 RUNNER_PARTS = ("speculative_step", "plain_step")
 
