@@ -96,9 +96,6 @@ def warmed_engine(pair: ModelPair, policy: str, jobs: list[Job]) -> Engine:
     return engine
 
 
-OPEN = "\0open"  # the relay's holder when every engine may step
-
-
 class Relay:
     """Lets one engine step at a time, each for a slice of wall time in turn.
 
@@ -121,11 +118,11 @@ class Relay:
 
         def hook() -> None:
             with self._cond:
-                if self._holder in (name, OPEN):
+                if self._holder == name:
                     return
                 self._parked.add(name)
                 self._cond.notify_all()
-                self._cond.wait_for(lambda: self._holder in (name, OPEN))
+                self._cond.wait_for(lambda: self._holder == name)
                 self._parked.discard(name)
 
         return hook
@@ -133,11 +130,19 @@ class Relay:
     def hold(self, name: str, engine: Engine, seconds: float) -> float:
         """Let ``name``'s engine step for ``seconds``; the seconds it held the relay,
         until its last iteration ended (it parked at the hook, or its loop went idle)."""
+        return self.alone(name, engine, lambda: time.sleep(seconds))
+
+    def alone(self, name: str, engine: Engine, work: Callable[[], None]) -> float:
+        """Let only ``name``'s engine step while ``work`` runs, then take the relay back
+        once its iteration in progress has ended; the seconds it held the relay. A round
+        ends with each engine winding its rows down alone in turn: engines stepping all
+        at once on a shared machine run steps many times their normal length, which a
+        policy that learns from its steps' seconds would take as evidence."""
         with self._cond:
             self._holder = name
             self._cond.notify_all()
         started = time.perf_counter()
-        time.sleep(seconds)
+        work()
         with self._cond:
             self._holder = ""
 
@@ -148,17 +153,6 @@ class Relay:
             while not self._cond.wait_for(stopped, timeout=0.002):
                 pass
         return time.perf_counter() - started
-
-    def open(self) -> None:
-        """Let every engine step (to drain its rows)."""
-        with self._cond:
-            self._holder = OPEN
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        """Let no engine step until it is handed the relay."""
-        with self._cond:
-            self._holder = ""
 
 
 class ClosedLoop:
@@ -194,7 +188,7 @@ class ClosedLoop:
             self._in_flight.pop(index, None)
 
     def stop(self) -> None:
-        """End every client, cancelling its row in flight (the relay must be open)."""
+        """End every client, cancelling its row in flight (its engine must hold the relay)."""
         self._stop.set()
         while any(thread.is_alive() for thread in self._threads):
             for handle in list(self._in_flight.values()):
@@ -293,10 +287,8 @@ def relay_round(
                 timed[policy][1] += loops[policy].tokens - tokens
             held[policy] += seconds
         rotation += 1
-    relay.open()
-    for loop in loops.values():
-        loop.stop()
-    relay.close()
+    for policy, loop in loops.items():
+        relay.alone(policy, engines[policy], loop.stop)
     rows = []
     for policy, engine in engines.items():
         after = engine.lookahead_steps

@@ -48,16 +48,18 @@ def test_engines_take_turns_and_each_turn_covers_its_steps() -> None:
             held = relay.hold(stepper.name, stepper, 0.01)
             turns.append((stepper, started, time.perf_counter()))
             assert held >= 0.01
-    most_at_once = shared["most"]
-    relay.open()  # now every stepper may step at once, to wind down
-    for stepper in steppers:
-        stepper.stopping.set()
-        stepper.loop_thread.join(timeout=10)
+    for stepper in steppers:  # each winds down alone, holding the relay
+
+        def wind_down(stepper: _Stepper = stepper) -> None:
+            stepper.stopping.set()
+            stepper.loop_thread.join(timeout=10)
+
+        relay.alone(stepper.name, stepper, wind_down)
         assert not stepper.loop_thread.is_alive()
-    assert most_at_once == 1  # never two engines stepping at once while the relay held them
+    assert shared["most"] == 1  # never two engines stepping at once, winding down included
     for stepper in steppers:
         assert stepper.steps
         mine = [(start, end) for s, start, end in turns if s is stepper]
         timed = [step for step in stepper.steps if step[1] <= turns[-1][2]]
-        # every step it ran before the relay opened lies inside one of its own turns
+        # every step it ran before winding down lies inside one of its own turns
         assert all(any(start <= s and e <= end for start, end in mine) for s, e in timed)
