@@ -106,9 +106,12 @@ class PromptFaults(FaultHooks):
 
     def _wait_for_release(self) -> None:
         """Block the engine step until the release file exists: the test's signal crosses
-        the process boundary as a file, and the step then goes on as if never held."""
+        the process boundary as a file, and the step then goes on as if never held.
+        Once released, later steps of the marked row run without saying they hold."""
         if self._release_file is None:
             raise InjectedFault(f"[[fault:hold]] needs {RELEASE_ENV}")
+        if self._release_file.exists():
+            return
         held_file(self._release_file, os.getpid()).touch()
         while not self._release_file.exists():
             time.sleep(RELEASE_POLL_S)

@@ -43,3 +43,13 @@ def test_a_hold_without_a_release_file_fails_the_step_instead_of_hanging():
     faults.row_started(0, HELD)
     with pytest.raises(InjectedFault, match="SPECBATCH_FAULT_RELEASE"):
         faults.before_step({0})
+
+
+def test_after_the_release_a_marked_rows_steps_run_without_announcing_a_hold(tmp_path: Path):
+    release = tmp_path / "release"
+    release.touch()
+    faults = PromptFaults(release)
+    faults.row_started(0, HELD)
+    faults.before_step({0})
+    faults.before_step({0})
+    assert not held_file(release, os.getpid()).exists()
