@@ -547,9 +547,9 @@ class Engine:
         return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
-        prior, weight = self._acceptance.optimistic_alpha, self._acceptance.row_prior_weight
+        prior = self._acceptance.optimistic_alpha
         return BatchShape(
-            alphas=[r.alpha(prior, weight) for r in rows],
+            alphas=[r.alpha(prior) for r in rows],
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
             lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],
@@ -659,7 +659,6 @@ class Engine:
         elif row in self._waiting:
             self._waiting.remove(row)
         self.prefixes.release(row)
-        self._acceptance.row_ended(row.accepted, row.rejections)
         try:
             self._stop_rules.finish(row.output, reason)
         except Exception as exc:  # the row still gets its one final result
