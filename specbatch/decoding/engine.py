@@ -517,6 +517,10 @@ class Engine:
         self._lookahead_steps[k if spec_rows else 0] += 1
         counts: list[int] = []
         seconds = 0.0
+        # the step is judged against the batch as it stood before it ran: its own
+        # outcome must not move the acceptance it is predicted from
+        judged, beside = (spec_rows, plain_target) if spec_rows else (plain_target, [])
+        shape = self._batch_shape(judged) if judged else None
         if spec_rows:
             started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)
@@ -527,10 +531,8 @@ class Engine:
             started = time.perf_counter()
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
             seconds += time.perf_counter() - started
-        if spec_rows:
-            self._record_step(spec_rows, plain_target, k, committed, counts, seconds)
-        elif plain_target:
-            self._record_step(plain_target, [], 0, committed, counts, seconds)
+        if shape is not None:
+            self._record_step(shape, judged, beside, k if spec_rows else 0, committed, counts, seconds)
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
@@ -547,9 +549,9 @@ class Engine:
         return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
-        prior = self._acceptance.optimistic_alpha
+        prior, weight = self._acceptance.optimistic_alpha, self._acceptance.row_prior_weight
         return BatchShape(
-            alphas=[r.alpha(prior) for r in rows],
+            alphas=[r.alpha(prior, weight) for r in rows],
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
             lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],
@@ -565,6 +567,7 @@ class Engine:
 
     def _record_step(
         self,
+        shape: BatchShape,
         rows: list[Row],
         beside: list[Row],
         k: int,
@@ -572,15 +575,16 @@ class Engine:
         accepted: list[int],
         seconds: float,
     ) -> None:
-        """Tell the policy what choosing K delivered (K = 0: a plain step of ``rows``).
-        With K > 0, ``rows`` speculated and ``beside`` (a lagging draft, a target-only
-        request) ran a plain pass of their own: a pass plain decoding would not run, so
-        its seconds are the step's, and so are the token each of those rows committed;
-        ``accepted`` has one count per speculative row."""
+        """Tell the policy what choosing K delivered (K = 0: a plain step of ``rows``),
+        ``shape`` being ``rows`` as they stood before the step. With K > 0, ``rows``
+        speculated and ``beside`` (a lagging draft, a target-only request) ran a plain
+        pass of their own: a pass plain decoding would not run, so its seconds are the
+        step's, and so are the token each of those rows committed; ``accepted`` has one
+        count per speculative row."""
         self.lookahead.record(
             StepOutcome(
                 lookahead=k,
-                batch=self._batch_shape(rows),
+                batch=shape,
                 drafted=k * len(accepted),
                 accepted=sum(accepted),
                 committed=sum(len(committed[r]) for r in rows + beside),
@@ -659,6 +663,7 @@ class Engine:
         elif row in self._waiting:
             self._waiting.remove(row)
         self.prefixes.release(row)
+        self._acceptance.row_ended(row.accepted, row.rejections)
         try:
             self._stop_rules.finish(row.output, reason)
         except Exception as exc:  # the row still gets its one final result

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,10 +23,22 @@ from specbatch.decoding.stopping import RowOutput
 
 MODES = ("speculative", "target_only", "draft_only")
 
-# Prior weight (in draft tokens) of the instance-wide acceptance in a row's estimate,
-# and the decay of the instance-wide counts per step (recent rows count most).
+# Weight (in draft tokens) of a fresh instance's guessed acceptance, and the decay of
+# the instance-wide counts per speculative step (about 200 steps of memory: a K chosen
+# on the acceptance of the last few dozen steps is chosen on their luck).
 ALPHA_PRIOR_WEIGHT = 4.0
-ALPHA_DECAY = 0.98
+ALPHA_DECAY = 0.995
+# Weight (in draft tokens) of the instance-wide acceptance in a row's estimate: until
+# ROWS_MEASURED rows with ROW_TRIALS_MIN verified draft tokens or more have ended,
+# ROW_PRIOR_WEIGHT_START (rows whose acceptance differs by about ±0.07); then measured
+# on the latest ROWS_REMEMBERED of them, within [ALPHA_PRIOR_WEIGHT,
+# ROW_PRIOR_WEIGHT_MAX]: at the most, a row's own count weighs half once it has
+# drafted that many tokens.
+ROW_PRIOR_WEIGHT_START = 16.0
+ROW_PRIOR_WEIGHT_MAX = 100.0
+ROWS_REMEMBERED = 64
+ROWS_MEASURED = 8
+ROW_TRIALS_MIN = 8
 
 
 class RowSink(Protocol):
@@ -116,12 +131,11 @@ class Row:
         """The decoding model holds every token but the pending last one."""
         return self.primary_cached >= self.seq_len - 1
 
-    def alpha(self, prior: float) -> float:
+    def alpha(self, prior: float, weight: float) -> float:
         """Acceptance estimate: accepted / (accepted + rejections), the maximum-likelihood
-        α of a geometric run, shrunk towards the instance-wide ``prior``."""
-        return (self.accepted + ALPHA_PRIOR_WEIGHT * prior) / (
-            self.accepted + self.rejections + ALPHA_PRIOR_WEIGHT
-        )
+        α of a geometric run, shrunk towards the instance-wide ``prior`` with the weight
+        of ``weight`` draft tokens."""
+        return (self.accepted + weight * prior) / (self.accepted + self.rejections + weight)
 
     def result(self) -> GenerationResult:
         out = self.output
@@ -139,11 +153,22 @@ class Row:
 
 class AcceptanceTracker:
     """Instance-wide acceptance, decayed per speculative step: the prior for rows that
-    have not speculated yet. It starts at 0.6 from four draft tokens' worth of belief."""
+    have not speculated yet. It starts at 0.6 from four draft tokens' worth of belief.
+
+    It also says how much a row's own few draft tokens should move its estimate off
+    that prior (``row_prior_weight``), from how far the acceptance of ended rows spread
+    beyond what their counts alone explain (empirical Bayes, a beta-binomial's method
+    of moments). Where rows really differ (code against chat), a row's own count
+    soon dominates; where they do not, a row's estimate after a few lucky or unlucky
+    steps is mostly luck, and a K chosen on it is chosen on luck: long Ks right after
+    a lucky run (which then delivers less), plain decoding after an unlucky one (which
+    then never speculates again to learn better)."""
 
     def __init__(self, initial: float = 0.6) -> None:
         self._accepted = initial * ALPHA_PRIOR_WEIGHT
         self._trials = ALPHA_PRIOR_WEIGHT
+        self._ended: deque[tuple[int, int]] = deque(maxlen=ROWS_REMEMBERED)
+        self.row_prior_weight = ROW_PRIOR_WEIGHT_START
 
     @property
     def alpha(self) -> float:
@@ -162,3 +187,26 @@ class AcceptanceTracker:
     def record(self, accepted: int, rejections: int) -> None:
         self._accepted = self._accepted * ALPHA_DECAY + accepted
         self._trials = self._trials * ALPHA_DECAY + accepted + rejections
+
+    def row_ended(self, accepted: int, rejections: int) -> None:
+        """A row's whole count, once it ends: evidence of how far rows differ."""
+        if accepted + rejections < ROW_TRIALS_MIN:
+            return
+        self._ended.append((accepted, accepted + rejections))
+        if len(self._ended) >= ROWS_MEASURED:
+            self.row_prior_weight = row_prior_weight(self._ended)
+
+
+def row_prior_weight(rows: Sequence[tuple[int, int]]) -> float:
+    """The prior weight, in draft tokens, that rows with these (accepted, trials) counts
+    imply: their acceptance spread between rows τ² is what their observed spread
+    exceeds the binomial spread of their counts by, and a beta prior of weight
+    α(1 − α)/τ² − 1 has that spread. Within [ALPHA_PRIOR_WEIGHT, ROW_PRIOR_WEIGHT_MAX]."""
+    mean = sum(a for a, _ in rows) / sum(n for _, n in rows)
+    observed = statistics.variance([a / n for a, n in rows])
+    counting = statistics.fmean(mean * (1.0 - mean) / n for _, n in rows)
+    between = observed - counting
+    if between <= 0.0:
+        return ROW_PRIOR_WEIGHT_MAX
+    weight = mean * (1.0 - mean) / between - 1.0
+    return min(ROW_PRIOR_WEIGHT_MAX, max(ALPHA_PRIOR_WEIGHT, weight))
