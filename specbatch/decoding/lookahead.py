@@ -2,7 +2,9 @@
 
 - ``goodput`` (the default, after SmartSpec, arXiv 2406.14066): pick the K in 0..8 that
   maximises committed tokens per second for the batch that is running. The prediction
-  comes from each row's measured acceptance α and the fitted costs of a draft pass c(B)
+  comes from each row's measured acceptance α (shrunk towards the instance's as far as
+  rows are seen to differ: :class:`specbatch.decoding.rows.AcceptanceTracker`) and the
+  fitted costs of a draft pass c(B)
   and a verify pass v(B, K) at that batch size (at the padded shapes the step runs);
   what each K then actually delivered corrects it (:mod:`specbatch.decoding.realised`).
   K = 0 is plain target decoding and always a candidate, so where speculation does
