@@ -4,9 +4,9 @@
   maximises committed tokens per second for the batch that is running. The prediction
   comes from each row's measured acceptance α (shrunk towards the instance's as far as
   rows are seen to differ: :class:`specbatch.decoding.rows.AcceptanceTracker`) and the
-  fitted costs of a draft pass c(B)
-  and a verify pass v(B, K) at that batch size (at the padded shapes the step runs);
-  what each K then actually delivered corrects it (:mod:`specbatch.decoding.realised`).
+  fitted costs of a draft pass c(B) and a verify pass v(B, K) at that batch size (at
+  the padded shapes the step runs); what each K then actually delivered corrects it
+  (:mod:`specbatch.decoding.realised`).
   K = 0 is plain target decoding and always a candidate, so where speculation does
   not pay (low acceptance, or under load where verify costs grow with K) it switches
   itself off instead of slowing the server down. The draft is fed only while the
