@@ -24,8 +24,11 @@ far apart two runs of the same work come out, the resolution every other ratio h
 
     python scripts/bench_lookahead.py --quick
     python scripts/bench_lookahead.py --out results/bench_lookahead.json   # about 90 min on 2 cores
+    python scripts/bench_lookahead.py --pairs a70 --concurrency 1 --log-choices /tmp/steps.json
 
-Prints a markdown table and the targets, writes JSON rows and a PNG.
+Prints a markdown table and the targets, writes JSON rows and a PNG; ``--log-choices``
+also writes every step goodput was told of (its K, rows, predicted and realised tokens
+and seconds), round by round.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from bench_gpu import machine
 from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
-from specbatch.decoding.lookahead import MAX_LOOKAHEAD
+from specbatch.decoding.lookahead import MAX_LOOKAHEAD, LookaheadPolicy, StepOutcome
 from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_controlled_pair
 from specbatch.figures import save_figure
@@ -210,6 +213,40 @@ class _ClientSink:
         self.done.release()
 
 
+class ChoiceLog:
+    """What goodput was told of every step it ran (``--log-choices``), round by round:
+    the K, the rows that ran it and the rows beside them, and the step's predicted
+    against its realised tokens and seconds. A wrong choice shows here as evidence the
+    policy was given: a run of slow steps, a K that delivered less than predicted."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict] = []
+
+    def start(self, pair: str, concurrency: int, round_index: int) -> None:
+        """Steps from now on belong to this round (-1: the learners' untimed round)."""
+        self.rounds.append({"pair": pair, "concurrency": concurrency, "round": round_index, "steps": []})
+
+    def attach(self, policy: LookaheadPolicy) -> None:
+        """Log every step ``policy`` records, with its own prediction of that step."""
+        record = policy.record
+
+        def logged(step: StepOutcome) -> None:
+            if self.rounds and step.batch.alphas:
+                tokens, seconds = policy.predict(step.batch, step.lookahead)
+                self.rounds[-1]["steps"].append(
+                    {
+                        "k": step.lookahead,
+                        "rows": len(step.batch.alphas),
+                        "beside": step.plain_beside,
+                        "predicted": [tokens, seconds],
+                        "realised": [step.committed, step.seconds],
+                    }
+                )
+            record(step)
+
+        policy.record = logged
+
+
 def _mean_k(steps: dict[int, int]) -> float:
     total = sum(steps.values())
     return sum(k * n for k, n in steps.items()) / total if total else 0.0
@@ -224,6 +261,8 @@ def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
     # walks every engine's objects and runs in whichever engine's thread allocated last,
     # so the policy that allocates most per step (goodput's choice) is charged for
     # walking the others' heaps too. Frozen, the warmed engines' objects are not walked.
+    if args.choice_log is not None:
+        args.choice_log.attach(engines["goodput"].lookahead)
     gc.collect()
     gc.freeze()
     try:
@@ -240,10 +279,13 @@ def _measure_concurrencies(name: str, engines: dict[str, Engine], args) -> list[
     for concurrency in args.concurrency:
         warm = scale_of(name) * (args.warm + WARM_PER_CLIENT * concurrency)
         window = scale_of(name) * args.window
-        # an untimed round: the policies that learn meet this batch size before they are timed at it
-        relay_round(relay, {p: engines[p] for p in LEARNING}, name, concurrency, -1, warm, window, args)
-        for round_index in tqdm(range(args.rounds), desc=f"{name} c={concurrency}", leave=False):
-            rows.extend(relay_round(relay, engines, name, concurrency, round_index, warm, window, args))
+        # round -1 is untimed: the policies that learn meet this batch size before they are timed at it
+        for round_index in tqdm(range(-1, args.rounds), desc=f"{name} c={concurrency}", leave=False):
+            if args.choice_log is not None:
+                args.choice_log.start(name, concurrency, round_index)
+            running = engines if round_index >= 0 else {p: engines[p] for p in LEARNING}
+            found = relay_round(relay, running, name, concurrency, round_index, warm, window, args)
+            rows.extend(found if round_index >= 0 else [])
     return rows
 
 
@@ -522,7 +564,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (bfloat16 on a GPU)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_lookahead.png"))
+    parser.add_argument(
+        "--log-choices", type=Path, help="write every step goodput recorded, round by round, as JSON here"
+    )
     args = parser.parse_args()
+    args.choice_log = ChoiceLog() if args.log_choices else None
     args.pairs = args.pairs or (["a50", "a90"] if args.quick else list(PAIRS))
     args.concurrency = args.concurrency or ([1, 32] if args.quick else [1, 4, 16, 32])
     args.rounds = args.rounds or (2 if args.quick else 3)
@@ -556,6 +602,9 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"rows": rows, "cells": cells}, indent=2) + "\n")
+    if args.choice_log is not None:
+        args.log_choices.parent.mkdir(parents=True, exist_ok=True)
+        args.log_choices.write_text(json.dumps(args.choice_log.rounds) + "\n")
     plot(cells, args.plot)
     print(f"\nplot: {args.plot}")
 

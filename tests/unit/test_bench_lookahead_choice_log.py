@@ -1,0 +1,48 @@
+"""bench_lookahead's --log-choices: every step goodput records, with its own prediction
+of that step, lands in the round it ran in, and still reaches the policy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from bench_lookahead import ChoiceLog
+
+from specbatch.decoding.costs import PassCosts
+from specbatch.decoding.lookahead import BatchShape, GoodputLookahead, StepOutcome
+
+
+def _costs(per_token: float, fixed: float) -> PassCosts:
+    costs = PassCosts()
+    for tokens in (1, 4, 16, 64):
+        for span in (10, 100):
+            costs.observe(tokens, 4 * span, tokens * span, fixed + per_token * tokens)
+    return costs
+
+
+def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction():
+    passes = _costs(1e-4, 0.01)
+    policy = GoodputLookahead(
+        {"target": passes, "draft": passes, "step_speculative": _costs(0, 0), "step_plain": _costs(0, 0)}
+    )
+    log = ChoiceLog()
+    log.attach(policy)
+    batch = BatchShape(alphas=[0.8, 0.6], remaining=[50, 50], span=40)
+    policy.record(StepOutcome(3, batch, 6, 4, 6, 0.05))  # before any round: not logged
+    log.start("a70", 2, -1)
+    policy.record(StepOutcome(0, batch, 0, 0, 2, 0.02))
+    log.start("a70", 2, 0)
+    policy.record(StepOutcome(2, batch, 4, 3, 5, 0.04, plain_beside=1))
+
+    assert [(r["pair"], r["concurrency"], r["round"]) for r in log.rounds] == [("a70", 2, -1), ("a70", 2, 0)]
+    [plain] = log.rounds[0]["steps"]
+    assert plain == {
+        "k": 0, "rows": 2, "beside": 0, "predicted": list(policy.predict(batch, 0)), "realised": [2, 0.02]
+    }
+    [speculative] = log.rounds[1]["steps"]
+    assert (speculative["k"], speculative["beside"], speculative["realised"]) == (2, 1, [5, 0.04])
+    assert speculative["predicted"] == list(policy.predict(batch, 2))
+    # the policy learnt from all three steps: its corrections moved off the prior
+    assert policy.realised.corrections(2, [0, 2]) != [(1.0, 1.0), (1.0, 1.0)]
