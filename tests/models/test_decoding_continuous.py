@@ -413,3 +413,14 @@ def test_a_row_admitted_while_speculating_owes_its_drafts_prefill(pair, referenc
     assert late_results[0].tokens == reference(tuple(rows[3]))
     assert all(owed[row_id] == 0.0 for row_id in early_ids), "a priced lag is not charged again"
     assert owed[late_ids[0]] > 0.0, "a newcomer's draft prefill is a cost of speculating"
+
+
+def test_a_step_is_judged_against_the_batch_as_it_stood_before_it_ran(pair, reference) -> None:
+    # A step's own outcome must not move the acceptance it is predicted from: a lucky
+    # step raising its rows' estimates would make its prediction look missed. What the
+    # policy is told of a step carries the rows as they were offered to its choice.
+    policy = _switch_on_after_plain_steps(pair, reference, prefill_chunk=128)
+    judged = [(offered, o) for offered, o in policy.outcomes if o.lookahead == 4 and not any(offered.lags)]
+    assert len(judged) >= 3
+    for offered, outcome in judged:
+        assert (outcome.batch.alphas, outcome.batch.span) == (offered.alphas, offered.span)
