@@ -56,7 +56,7 @@ from bench_gpu import machine
 from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
-from specbatch.decoding.lookahead import MAX_LOOKAHEAD, LookaheadPolicy, StepOutcome
+from specbatch.decoding.lookahead import MAX_LOOKAHEAD, GoodputLookahead, StepOutcome
 from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_controlled_pair
 from specbatch.figures import save_figure
@@ -226,7 +226,7 @@ class ChoiceLog:
         """Steps from now on belong to this round (-1: the learners' untimed round)."""
         self.rounds.append({"pair": pair, "concurrency": concurrency, "round": round_index, "steps": []})
 
-    def attach(self, policy: LookaheadPolicy) -> None:
+    def attach(self, policy: GoodputLookahead) -> None:
         """Log every step ``policy`` records, with its own prediction of that step."""
         record = policy.record
 
@@ -257,12 +257,12 @@ def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
         policy: warmed_engine(pair, policy, make_workload(pair, 4, seed=11, prompt_range=PROMPT_RANGE))
         for policy in tqdm(POLICIES, desc=f"{name} warm-up", leave=False)
     }
+    if args.choice_log is not None:
+        args.choice_log.attach(engines["goodput"].lookahead)
     # The engines share one process, as no server's would. A full garbage collection
     # walks every engine's objects and runs in whichever engine's thread allocated last,
     # so the policy that allocates most per step (goodput's choice) is charged for
     # walking the others' heaps too. Frozen, the warmed engines' objects are not walked.
-    if args.choice_log is not None:
-        args.choice_log.attach(engines["goodput"].lookahead)
     gc.collect()
     gc.freeze()
     try:
