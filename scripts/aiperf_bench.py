@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from specbatch.server.children import OpenAIFrontProcess  # noqa: E402
 from specbatch.server.launcher import ensure_tiny_models  # noqa: E402
-from specbatch.server.process import Ports, ServerOptions, TritonProcess, free_port  # noqa: E402
+from specbatch.server.ports import Ports, free_port  # noqa: E402
+from specbatch.server.process import ServerOptions, TritonProcess  # noqa: E402
 
 # AIPerf's template endpoint speaking the ensemble's TensorRT-LLM names over /generate_stream.
 TRITON_TEMPLATE = (

@@ -74,7 +74,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from specbatch.figures import save_figure  # noqa: E402
 from specbatch.routing import build_infobench_prompt, generate_workload  # noqa: E402
 from specbatch.server.launcher import ensure_tiny_models  # noqa: E402
-from specbatch.server.process import Ports, ServerOptions, TritonProcess  # noqa: E402
+from specbatch.server.ports import Ports  # noqa: E402
+from specbatch.server.process import ServerOptions, TritonProcess  # noqa: E402
 
 logger = logging.getLogger("bench_policies")
 

@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.root))
     from specbatch.routing import build_infobench_prompt, generate_workload
-    from specbatch.server.process import Ports, ServerOptions, TritonProcess
+    from specbatch.server.ports import Ports
+    from specbatch.server.process import ServerOptions, TritonProcess
 
     rng = random.Random(0)
     times, now = [], 0.0

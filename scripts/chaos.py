@@ -59,7 +59,8 @@ from specbatch.loadtest.profiles import load_profile  # noqa: E402
 from specbatch.loadtest.prompts import PromptPool, build_prompt_pool  # noqa: E402
 from specbatch.server.children import OpenAIFrontProcess  # noqa: E402
 from specbatch.server.launcher import ensure_tiny_models, keep_running  # noqa: E402
-from specbatch.server.process import Ports, ServerOptions, TritonProcess, free_port  # noqa: E402
+from specbatch.server.ports import Ports, free_port  # noqa: E402
+from specbatch.server.process import ServerOptions, TritonProcess  # noqa: E402
 from specbatch.server.stubs import stubs_of  # noqa: E402
 
 logger = logging.getLogger("chaos")

@@ -53,7 +53,8 @@ from specbatch.openai.errors import OpenAIError, from_pipeline  # noqa: E402
 from specbatch.openai.requests import Call  # noqa: E402
 from specbatch.openai.upstream import TritonUpstream, scheduler_arrays, triton_datatype  # noqa: E402
 from specbatch.server.launcher import ensure_tiny_models  # noqa: E402
-from specbatch.server.process import Ports, ServerOptions, TritonProcess  # noqa: E402
+from specbatch.server.ports import Ports  # noqa: E402
+from specbatch.server.process import ServerOptions, TritonProcess  # noqa: E402
 
 logger = logging.getLogger("soak")
 PROFILE = ROOT / "loadtest" / "profiles" / "mixed.yaml"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from specbatch.server.launcher import CONFIG_VARIANTS, PRODUCTION_SHAPES_DIR, project_root, serve
-from specbatch.server.process import PortInUseError, Ports
+from specbatch.server.ports import PortInUseError, Ports
 
 
 def watch(server_command: list[str], notify_urls: list[str]) -> int:

@@ -108,7 +108,8 @@ def required_endpoints(profile: LoadProfile, http: str | None, grpc: str | None)
 def local_server(log_path: Path) -> Iterator[Endpoints]:
     """A cpu-config tritonserver on free loopback ports, stopped by pid on exit."""
     from specbatch.server.launcher import ensure_tiny_models, project_root
-    from specbatch.server.process import Ports, ServerOptions, ServerStartError, TritonProcess
+    from specbatch.server.ports import Ports
+    from specbatch.server.process import ServerOptions, ServerStartError, TritonProcess
 
     root = project_root()
     ensure_tiny_models(root)

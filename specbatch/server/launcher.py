@@ -20,7 +20,8 @@ from pathlib import Path
 
 from specbatch.server.admin import ADMIN_HEADER
 from specbatch.server.children import ChildProcess, OpenAIFrontProcess
-from specbatch.server.process import Ports, ServerOptions, TritonProcess, check_ports_free
+from specbatch.server.ports import Ports, check_ports_free
+from specbatch.server.process import ServerOptions, TritonProcess
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,47 +30,11 @@ from specbatch.lifeline import exit_with_parent_preexec
 from specbatch.server.admin import ADMIN_KEY_ENV, RepositoryClient, admin_key, restriction_arguments
 from specbatch.server.binary import TritonInstallation, find_tritonserver
 from specbatch.server.children import ChildProcess, GatewayProcess
+from specbatch.server.ports import Ports, check_ports_free, free_port
 from specbatch.server.stubs import ModelRestarts, started_at, stubs_of, tritonserver_child
 from specbatch.server.supervisor import StubSupervisor
 
 logger = logging.getLogger(__name__)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class Ports:
-    http: int = 8000
-    grpc: int = 8001
-    metrics: int = 8002
-
-    @classmethod
-    def free(cls) -> Ports:
-        return cls(free_port(), free_port(), free_port())
-
-    def named(self) -> dict[str, int]:
-        return {"HTTP": self.http, "gRPC": self.grpc, "metrics": self.metrics}
-
-
-class PortInUseError(RuntimeError):
-    """A port the server needs is taken; the message names it."""
-
-
-def check_ports_free(host: str, ports: dict[str, int]) -> None:
-    """Raise PortInUseError naming the first of ``ports`` ({what: port}) that ``host`` cannot bind."""
-    for what, port in ports.items():
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            # as the servers bind: a closed connection's TIME_WAIT does not hold the port
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, port))
-            except OSError as exc:
-                raise PortInUseError(f"the {what} port {port} on {host} is in use ({exc.strerror})") from None
 
 
 @dataclass

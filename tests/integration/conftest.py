@@ -10,7 +10,8 @@ import pytest
 from helpers import PATIENT_SLA, running_server
 
 from specbatch.server.children import OpenAIFrontProcess
-from specbatch.server.process import TritonProcess, free_port
+from specbatch.server.ports import free_port
+from specbatch.server.process import TritonProcess
 
 
 @pytest.fixture(scope="session")

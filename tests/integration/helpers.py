@@ -169,7 +169,8 @@ def running_server(
     as deploy/ runs it, nothing but the pod's own processes bring back dead stubs: in
     "kubernetes" the gateway (a shared process namespace), in "kserve" `specbatch watch`
     in tritonserver's container."""
-    from specbatch.server.process import Ports, ServerOptions, TritonProcess
+    from specbatch.server.ports import Ports
+    from specbatch.server.process import ServerOptions, TritonProcess
 
     root = Path(__file__).resolve().parents[2]
     options = ServerOptions(

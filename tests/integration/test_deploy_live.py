@@ -28,7 +28,7 @@ from deploy_manifests import (
 from helpers import GRAPH_PROMPT, INFOBENCH_PROMPT, MMLU_PROMPT, scrape
 
 from specbatch.server.launcher import serve
-from specbatch.server.process import Ports
+from specbatch.server.ports import Ports
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 from helpers import INFOBENCH_PROMPT, GrpcStream
 
-from specbatch.server.process import Ports, ServerOptions, TritonProcess
+from specbatch.server.ports import Ports
+from specbatch.server.process import ServerOptions, TritonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

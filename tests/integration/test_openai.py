@@ -22,7 +22,7 @@ from helpers import (
 from transformers import AutoTokenizer
 
 from specbatch.server.children import OpenAIFrontProcess
-from specbatch.server.process import free_port
+from specbatch.server.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from helpers import (
     stub_pid,
 )
 
-from specbatch.server.process import free_port
+from specbatch.server.ports import free_port
 
 pytestmark = pytest.mark.integration
 

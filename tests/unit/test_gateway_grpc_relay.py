@@ -12,7 +12,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from specbatch.gateway.grpc_relay import STREAM_INFER, start_grpc_relay
-from specbatch.server.process import free_port
+from specbatch.server.ports import free_port
 from specbatch.serving.held import SCHEDULER_LOST, HeldRequests
 
 READY = "/inference.GRPCInferenceService/ServerReady"

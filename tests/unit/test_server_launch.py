@@ -9,7 +9,8 @@ import pytest
 
 from specbatch.server.binary import find_tritonserver
 from specbatch.server.launcher import choose_config, project_root
-from specbatch.server.process import Ports, ServerOptions, free_port
+from specbatch.server.ports import Ports, free_port
+from specbatch.server.process import ServerOptions
 from specbatch.serving.settings import ConfigError, ModelSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +123,7 @@ def test_a_newer_stub_replaces_one_a_running_server_is_executing(tmp_path):
 def test_a_port_in_use_is_named_before_anything_starts():
     import socket
 
-    from specbatch.server.process import PortInUseError, check_ports_free
+    from specbatch.server.ports import PortInUseError, check_ports_free
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))

@@ -20,7 +20,8 @@ from specbatch.server.admin import (
     admin_key,
     restriction_arguments,
 )
-from specbatch.server.process import Ports, ServerOptions
+from specbatch.server.ports import Ports
+from specbatch.server.process import ServerOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "k" * 32

@@ -14,7 +14,7 @@ from aiohttp import ClientSession
 
 from specbatch.cli import main
 from specbatch.gateway.__main__ import start_control
-from specbatch.server.process import free_port
+from specbatch.server.ports import free_port
 from specbatch.server.watch import http_port_of, notify, run_watched
 
 
