@@ -43,11 +43,12 @@ MAX_LOOKAHEAD = 8
 # Speculate only when the corrected goodput is at least this gain over plain decoding:
 # plain decoding is the safe side of a close call.
 GOODPUT_MARGIN = 1.01
-# Plain decoding held without a new choice for this many steps of the same batch size
-# when even the most hopeful K > 0 (its optimism bonus included) promises under
+# Plain decoding held without a new choice for this many steps of the same rows when
+# even the most hopeful K > 0 (its optimism bonus included) promises under
 # PLAIN_HOLD_BELOW of plain decoding's goodput. A choice prices nine Ks; where
 # speculation is far from paying, that is a few per cent of a one-row step spent on an
-# answer that cannot change within a few steps.
+# answer that cannot change within a few steps. A row joining or leaving ends the hold:
+# a row about to finish cannot repay speculation, the row that takes its place can.
 PLAIN_HOLD_STEPS = 8
 PLAIN_HOLD_BELOW = 0.8
 
@@ -101,6 +102,12 @@ class StepOutcome:
     committed: int
     seconds: float
     plain_beside: int = 0
+
+
+def _after_a_plain_step(batch: BatchShape) -> tuple[int, ...]:
+    """The rows' tokens left once a plain step has committed one token of each: what
+    the next batch shows when it holds the same rows, and no other."""
+    return tuple(remaining - 1 for remaining in batch.remaining)
 
 
 def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
@@ -189,7 +196,7 @@ class GoodputLookahead:
         self.realised = RealisedGoodput()
         self.k = 0
         self._plain_held = 0  # steps left of a held plain choice
-        self._held_rows = 0  # the batch size it was made for
+        self._held_remaining: tuple[int, ...] = ()  # its rows' tokens left at its next step
 
     def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``."""
@@ -254,8 +261,9 @@ class GoodputLookahead:
         if not batch.alphas:
             return 0
         rows = len(batch.alphas)
-        if self._plain_held and rows == self._held_rows:
+        if self._plain_held and tuple(batch.remaining) == self._held_remaining:
             self._plain_held -= 1
+            self._held_remaining = _after_a_plain_step(batch)
             return 0
         steps = self.corrected(batch, range(MAX_LOOKAHEAD + 1))
         rates = [t / s if s > 0 else float("inf") for t, s in steps]
@@ -273,7 +281,8 @@ class GoodputLookahead:
             if scores[k] > best:
                 best_k, best = k, scores[k]
         far_from_paying = max(scores[MIN_LOOKAHEAD:]) < PLAIN_HOLD_BELOW * scores[0]
-        self._plain_held, self._held_rows = (PLAIN_HOLD_STEPS, rows) if far_from_paying else (0, 0)
+        self._plain_held = PLAIN_HOLD_STEPS if far_from_paying else 0
+        self._held_remaining = _after_a_plain_step(batch) if far_from_paying else ()
         self.k = best_k
         return best_k
 

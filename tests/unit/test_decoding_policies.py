@@ -192,17 +192,19 @@ def _choices_priced(policy: GoodputLookahead, batches: list[BatchShape]) -> list
 
 def test_goodput_holds_plain_decoding_where_speculation_is_far_from_paying() -> None:
     # every K > 0 costs several plain steps at α = 0.3: the choice is priced once per
-    # hold, and a new batch size is priced at once
+    # hold while the same rows decode, and at once when a row takes another's place
     policy = GoodputLookahead(
         _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-3, fixed=0.01))
     )
-    one = BatchShape(alphas=[0.3], remaining=[1000], span=100)
-    two = BatchShape(alphas=[0.3] * 2, remaining=[1000] * 2, span=100)
-    steps = 3 * (PLAIN_HOLD_STEPS + 1)
-    found = _choices_priced(policy, [one] * steps + [two])
-    assert [k for k, _ in found] == [0] * (steps + 1)
-    assert [priced for _, priced in found[:steps]] == ([True] + [False] * PLAIN_HOLD_STEPS) * 3
-    assert found[-1][1], "a new batch size is a new choice"
+    steps = 3 * (PLAIN_HOLD_STEPS + 1) + 1
+    same_row = [BatchShape(alphas=[0.3], remaining=[1000 - step], span=100) for step in range(steps)]
+    in_its_place = BatchShape(alphas=[0.3], remaining=[500], span=100)
+    beside_it = BatchShape(alphas=[0.3] * 2, remaining=[499, 1000], span=100)
+    found = _choices_priced(policy, [*same_row, in_its_place, beside_it])
+    assert [k for k, _ in found] == [0] * (steps + 2)
+    assert [priced for _, priced in found[:steps]] == ([True] + [False] * PLAIN_HOLD_STEPS) * 3 + [True]
+    assert found[-2][1], "a row in the place of another, at the same batch size, is a new choice"
+    assert found[-1][1], "a row joining is a new choice"
 
 
 def test_goodput_prices_every_step_of_a_close_call() -> None:
