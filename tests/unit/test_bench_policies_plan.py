@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from bench_policies import Setup, Turn, plan
+from bench_policies import Setup, Turn, plan, reference_first, targets, targets_table
 
 C, A, B = (
     Setup(name, label, {})
@@ -63,3 +63,35 @@ def test_the_prompt_heavy_overload_runs_once_a_round_after_its_loads():
     steps = cells(plan([C, A, B], [1.0], 2, overload=True))
     assert [cell for cell in steps if cell[2] is None] == [(0, "least_slack", None), (1, "least_slack", None)]
     assert steps.index((0, "least_slack", None)) > steps.index((0, "fcfs", 1.0))
+
+
+def test_the_reference_runs_first_whichever_it_is():
+    assert [s.name for s in reference_first([C, A, B], "least_slack")] == [
+        "least_slack",
+        "triton_batching",
+        "fcfs",
+    ]
+    assert [s.name for s in reference_first([C, A, B], "triton_batching")] == [
+        "triton_batching",
+        "least_slack",
+        "fcfs",
+    ]
+    steps = cells(plan(reference_first([C, A, B], "least_slack"), [0.8], 2, overload=False))
+    assert steps[0] == (0, "least_slack", 0.8), "the reference's probe sets the first load's rate"
+
+
+def test_targets_against_c_are_judged_only_where_the_loads_are_c_s():
+    def row(setup: str, load: float, goodput: float) -> dict:
+        return {"setup": setup, "load": load, "round": 0, "goodput_rps": goodput}
+
+    rows = [
+        row(name, load, 2.0 if name == "least_slack" else 1.0)
+        for name in ("least_slack", "triton_batching", "fcfs", "shortest_first")
+        for load in (1.0, 1.2)
+    ]
+    at_c = targets([{"name": "infobench", "reference": "triton_batching", "rows": rows}])
+    at_a = targets([{"name": "infobench", "reference": "least_slack", "rows": rows}])
+    assert [t["target"] for t in at_c].count("(a) goodput / best (c)") == 2
+    assert "(a) goodput / best (c)" not in [t["target"] for t in at_a]
+    assert {t["reference"] for t in at_a} == {"least_slack"}
+    assert "1.2× (a)" in targets_table(at_a)
