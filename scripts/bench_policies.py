@@ -715,7 +715,8 @@ def targets(results: list[dict]) -> list[dict]:
     out = []
 
     def goodput(workload: str, what: str, mine: str, theirs: str, load: float, need: float) -> None:
-        rows = next(w for w in results if w["name"] == workload)["rows"]
+        measured = next(w for w in results if w["name"] == workload)
+        rows = measured["rows"]
         values = [ratio(cell(rows, mine, load, r), cell(rows, theirs, load, r)) for r in rounds_of(rows)]
         values = [v for v in values if v == v]  # measured
         if values:
@@ -727,7 +728,7 @@ def targets(results: list[dict]) -> list[dict]:
                     "value": statistics.median(values),
                     "by_round": values,
                     "need": need,
-                    "reference": next(w for w in results if w["name"] == workload).get("reference"),
+                    "reference": measured.get("reference"),
                 }
             )
 

@@ -1,4 +1,5 @@
-"""Ports for the server's listeners: the public defaults, free ones for tests, and checks.
+"""Ports for the server's listeners: the public defaults, free loopback ones (Triton's own
+listeners behind the gateway, and every port a test starts a server on), and checks.
 
 A port chosen by binding port 0 comes from the kernel's ephemeral range, the same range
 every outgoing connection takes its local port from. Between the choice and the server's
@@ -17,7 +18,7 @@ from pathlib import Path
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 DEFAULT_EPHEMERAL_FLOOR = 32768  # Linux's default when the range cannot be read
-LOWEST_FREE_PORT = 10000  # well clear of the registered services below it
+LOWEST_FREE_PORT = 10000  # above the ports services are commonly configured on
 CHOICES_BEFORE_GIVING_UP = 500
 
 _recently_given: deque[int] = deque(maxlen=1024)
