@@ -14,9 +14,10 @@ same arrival times) over one gRPC stream:
                        the best setting of a sweep of max batch size {4, 8, 16, 32} x queue
                        delay {5, 20, 50 ms}, run at the capacity of the shipped setting
   ablations of (a)     without b_SLA, b_SLA at the fixed per-token allowance instead of
-                       the running rows' slack, refusing a request only for its own SLA
-                       (not for a queued prompt's it would break), without b_mem,
-                       without deadline shedding, one bin
+                       the running rows' slack (always, or while one row alone reaches
+                       it), refusing a request only for its own SLA (not for a queued
+                       prompt's it would break), without b_mem, without deadline
+                       shedding, one bin
 
 Workloads: `infobench` (infobench prompts, 60 % asking 8-32 tokens, the rest 96-192),
 `mixed` (the router's default graph/mmlu/infobench mix, sent through the ensemble as
@@ -24,7 +25,8 @@ users send it, no task_override; (c) has no router: each prompt is a generation 
 max_tokens, as a Triton user without the router would send it), `heavy` (infobench with
 10 % of prompts asking 512 tokens) and `memory` (a KV budget small enough that first-come
 batching preempts, long outputs; (a) and (b) only, preemptions from the scheduler's
-`specbatch_preemptions` gauges). Ablations run on `infobench` only.
+`specbatch_preemptions` gauges). Ablations run on `infobench`, and on another workload
+where --only names them.
 
 The capacity of a set-up is the rate at which it completes requests under sustained
 overload; loads are multiples of (c)'s capacity (in `memory`: 1.0, 1.5 and 2.0x (b)'s), measured in the
@@ -113,7 +115,12 @@ PEERS = (
 )
 ABLATIONS = (
     Setup("no_b_sla", "(a) without b_SLA", {"env": {"SPECBATCH_B_SLA": "off"}}),
-    Setup("fixed_pace", "(a) b_SLA at the fixed allowance", {"env": {"SPECBATCH_SLACK_PACE": "off"}}),
+    Setup("fixed_pace", "(a) b_SLA at the fixed allowance", {"env": {"SPECBATCH_B_SLA_PACE": "allowance"}}),
+    Setup(
+        "pace_in_reach",
+        "(a) b_SLA at the allowance while one row reaches it",
+        {"env": {"SPECBATCH_B_SLA_PACE": "allowance_in_reach"}},
+    ),
     Setup(
         "break_promises",
         "(a) refusing only for the newcomer's own SLA",
@@ -631,6 +638,15 @@ def arrival_seed(args: argparse.Namespace, round_index: int, offset: int = 0) ->
     return args.seed + offset + ROUND_SEED_STRIDE * round_index
 
 
+def chosen_setups(workload: ServedWorkload, only: list[str] | None) -> list[Setup]:
+    """The set-ups a workload runs: those ``only`` names (all of the workload's when
+    None), an ablation named there even where the workload does not run ablations, and
+    always its load reference and (c)."""
+    keep = {workload.reference, TRITON_BATCHING.name, *(only or [s.name for s in SETUPS])}
+    named = [s for s in ABLATIONS if s.name in (only or []) and s not in workload.setups]
+    return [s for s in (*workload.setups, *named) if s.name in keep]
+
+
 def run_workload(
     workload: ServedWorkload, args: argparse.Namespace, into: Path, best_c: dict | None
 ) -> tuple[dict, dict | None]:
@@ -638,8 +654,7 @@ def run_workload(
     A set-up's server starts (warmed, then its capacity probed) at its first cell and
     stops after its last."""
     result: dict = {"name": workload.name, "title": workload.title, "capacities": {}, "rows": []}
-    keep = {workload.reference, TRITON_BATCHING.name, *(args.only or [s.name for s in SETUPS])}
-    setups = [s for s in workload.setups if s.name in keep]
+    setups = chosen_setups(workload, args.only)
     if any(s.name == TRITON_BATCHING.name for s in setups):
         if best_c is None or args.sweep_all:
             result["sweep"], best_c = sweep_triton(workload, args, into)

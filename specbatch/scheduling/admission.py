@@ -8,19 +8,20 @@ admission decisions, taken per instance whenever it reports its state:
   grow into (their predicted totals minus what they hold), less a CLT margin on the
   error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
-  token against the per-token pace the SLA needs (the tighter of ``tpot_sla_s`` and
-  ``finish_per_token_s``). Algorithm 2 assumes a smaller batch brings the pace within
-  reach; on a machine slower than the SLA was written for, even one row alone runs
-  slower (b_SLA's floor, measured at its smallest batch), the search would shrink every
-  instance to one row, and throughput would collapse without saving a row. So once the
-  floor is above the allowance, each instance is held instead to the tightest pace its
-  rows can afford and reach: a row, from the moment it started, has its finish budget
-  (``finish_base_s`` plus its tokens at ``finish_per_token_s``, or its client's
-  deadline) for its predicted tokens, and short rows carry the base of that budget over
-  few tokens; a row that cannot end in time even at the floor counts with the pace that
-  ends it within twice its budget, and one that cannot make even that counts with none
-  (``tpot_sla_s`` bounds the pace whatever the rows afford; ``pace_from_slack=False``:
-  always the allowance).
+  token against a per-token pace. Algorithm 2 holds it to the pace the SLA allows every
+  token (the tighter of ``tpot_sla_s`` and ``finish_per_token_s``), but that allowance
+  is not the SLA: a row has its finish budget (``finish_base_s`` plus its tokens at
+  ``finish_per_token_s``, or its client's deadline) for its predicted tokens from the
+  moment it started, and short rows carry the base of that budget over few tokens. Held
+  to the allowance, an instance of short rows runs one or two of them where it could run
+  ten in time, and refuses the rest. So each instance is held to the tightest pace its
+  running rows can afford and reach: a row that cannot end in time even at b_SLA's
+  floor (seconds a token measured at its smallest batch) counts with the pace that ends
+  it within twice its budget, and one that cannot make even that counts with none;
+  ``tpot_sla_s`` bounds the pace whatever the rows afford. ``b_sla_pace="allowance"``
+  is Algorithm 2 as written; ``"allowance_in_reach"`` uses the rows' pace only once one
+  row alone runs slower than the allowance (there the search would shrink every
+  instance to one row and throughput collapse without saving a row).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
   ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus
@@ -84,6 +85,7 @@ from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
 
 ORDERS = ("least_slack", "multibin", "fcfs", "shortest_first")
+PACES = ("slack", "allowance_in_reach", "allowance")  # what b_SLA holds an instance to
 UNBINNED = ("fcfs", "shortest_first")  # one queue, no capacity-sized bound
 PACE_TOLERANCE = 0.1  # b_SLA's band around its pace (ε_D), as a share of the pace
 
@@ -125,14 +127,17 @@ class AdmissionConfig:
     # tpot_sla_s and finish_per_token_s
     finish_base_s: float | None = None
     finish_per_token_s: float | None = None
-    # b_SLA's pace, once the allowance is out of reach: what the running rows can afford
-    pace_from_slack: bool = True
+    # b_SLA's pace: what the running rows can afford of their budgets ("slack"), that only
+    # once one row alone misses the allowance ("allowance_in_reach"), or the allowance
+    b_sla_pace: str = "slack"
     # refuse a request that would push a queued prompt past the SLA it can still make
     keep_promises: bool = True
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
             raise PolicyConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
+        if self.b_sla_pace not in PACES:
+            raise PolicyConfigError(f"b_sla_pace must be one of {PACES}, got {self.b_sla_pace!r}")
         if self.num_bins < 1 or self.queue_limit < 1 or self.max_rows < 1:
             raise PolicyConfigError("num_bins, queue_limit and max_rows must be at least 1")
         for name in ("ttft_sla_s", "tpot_sla_s", "starvation_s", "prefill_tokens_per_s", "flush_s"):
@@ -542,18 +547,21 @@ class AdmissionPolicy:
         return cap
 
     def _pace_s(self, instance: _Instance) -> float:
-        """Seconds a token b_SLA holds the instance to now: the SLA's per-token allowance
-        while the instance can reach it; once even its smallest batch was measured slower
-        (b_SLA's floor), the tightest pace its rows can afford and reach, within
-        ``tpot_sla_s`` (see the module's docstring)."""
+        """Seconds a token b_SLA holds the instance to now: the tightest pace its running
+        rows can afford of their finish budgets and reach (no faster than b_SLA's floor),
+        within ``tpot_sla_s`` (see the module's docstring); the SLA's per-token allowance
+        before a row runs, always with ``b_sla_pace="allowance"``, and with
+        ``"allowance_in_reach"`` while one row alone was measured to reach it."""
         cfg = self.config
         floor = None if instance.sla is None else instance.sla.floor_s
-        if not cfg.pace_from_slack or not instance.running or floor is None:
+        if cfg.b_sla_pace == "allowance" or not instance.running:
             return cfg.pace_s
-        if floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE):
+        if cfg.b_sla_pace == "allowance_in_reach" and (
+            floor is None or floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE)
+        ):
             return cfg.pace_s
         reachable = [
-            next((pace for pace in row.affordable_paces_s if pace >= floor), None)
+            next((pace for pace in row.affordable_paces_s if pace >= (floor or 0.0)), None)
             for row in instance.running.values()
         ]
         saved = [pace for pace in reachable if pace is not None]

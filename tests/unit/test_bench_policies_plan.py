@@ -8,7 +8,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from bench_policies import Setup, Turn, plan, reference_first, targets, targets_table
+from bench_policies import (
+    ServedWorkload,
+    Setup,
+    Turn,
+    chosen_setups,
+    plan,
+    reference_first,
+    targets,
+    targets_table,
+)
 
 C, A, B = (
     Setup(name, label, {})
@@ -95,3 +104,11 @@ def test_targets_against_c_are_judged_only_where_the_loads_are_c_s():
     assert "(a) goodput / best (c)" not in [t["target"] for t in at_a]
     assert {t["reference"] for t in at_a} == {"least_slack"}
     assert "1.2× (a)" in targets_table(at_a)
+
+
+def test_an_ablation_named_with_only_runs_on_a_workload_that_runs_none_by_default():
+    mixed = ServedWorkload("mixed", "", lambda rate, d, seed: [], (C, A, B), "least_slack")
+    assert [s.name for s in chosen_setups(mixed, None)] == ["triton_batching", "least_slack", "fcfs"]
+    named = chosen_setups(mixed, ["fcfs", "pace_in_reach"])
+    assert [s.name for s in named] == ["triton_batching", "least_slack", "fcfs", "pace_in_reach"]
+    assert named[-1].options["env"] == {"SPECBATCH_B_SLA_PACE": "allowance_in_reach"}

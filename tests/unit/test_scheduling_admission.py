@@ -288,21 +288,35 @@ def b_sla_after(
     return admission.capacity("a").b_sla, admission
 
 
-def test_b_sla_holds_to_the_allowance_while_one_row_alone_reaches_it_whatever_rows_afford():
-    # ten tokens with 0.5 s + 0.1 s to end them afford 60 ms a token, but one row alone
-    # ran at 5 ms: a smaller batch does reach 10 ms, so 30 ms is too slow
-    held, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005)
-    assert admission.capacity("a").pace_s == pytest.approx(0.01)
-    fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005, pace_from_slack=False)
+def test_b_sla_lets_short_rows_run_at_the_pace_their_budgets_afford_though_one_row_reaches_the_allowance():
+    # ten tokens with 0.5 s + 0.1 s to end them afford 60 ms a token; one row alone ran
+    # at 5 ms, so a smaller batch would reach the 10 ms allowance, but no row needs it
+    grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005)
+    assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.1 - 10 / 2000) / 10)
     unmeasured, _ = b_sla_after([10] * 8, 0.03)
+    assert grown == unmeasured >= 8
+
+
+def test_b_sla_holds_to_the_allowance_where_configured_so_whatever_rows_afford():
+    held, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="allowance_in_reach")
+    assert admission.capacity("a").pace_s == pytest.approx(0.01)
+    fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="allowance")
+    unmeasured, _ = b_sla_after([10] * 8, 0.03, b_sla_pace="allowance_in_reach")
     assert held == fixed == unmeasured < 8
+
+
+def test_b_sla_holds_a_row_that_started_late_to_a_pace_tighter_than_the_allowance():
+    # 100 tokens due 0.5 s + 1 s after arrival, started 0.5 s late: 10 ms a token is too
+    # slow for it (it affords (1.5 - 0.5) / 100); one row alone ran at 5 ms
+    _, admission = b_sla_after([100], 0.009, start_s=0.5, floor_s=0.005)
+    assert admission.capacity("a").pace_s == pytest.approx((1.5 - 0.5 - 10 / 2000) / 100)
 
 
 def test_b_sla_lets_short_rows_run_at_the_pace_their_budgets_afford_when_the_allowance_is_out_of_reach():
     # one row alone ran at 20 ms a token: 10 ms is out of reach; ten tokens afford 60 ms
     grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.02)
     assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.1 - 10 / 2000) / 10)
-    fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.02, pace_from_slack=False)
+    fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.02, b_sla_pace="allowance")
     assert grown >= 8 > fixed == 1, "held to 10 ms a token, no batch is fast enough: it collapses"
 
 
@@ -325,7 +339,7 @@ def test_a_row_the_floor_cannot_save_holds_the_instance_to_twice_its_budget_not_
     slack, admission = b_sla_after([200] + [10] * 7, 0.022, floor_s=0.02)
     # twice 2.5 s, less the prefill of 10 prompt tokens at the configured 2000 a second
     assert admission.capacity("a").pace_s == pytest.approx((2 * 2.5 - 10 / 2000) / 200)
-    fixed, _ = b_sla_after([200] + [10] * 7, 0.022, floor_s=0.02, pace_from_slack=False)
+    fixed, _ = b_sla_after([200] + [10] * 7, 0.022, floor_s=0.02, b_sla_pace="allowance")
     assert slack >= 8 > fixed == 1, "held to 10 ms a token, no batch is fast enough: it collapses"
 
 
@@ -608,10 +622,11 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
         False,
     )
     assert built.flush_s == 0.25
-    assert built.keep_promises and built.pace_from_slack, "on unless switched off"
-    env = {"SPECBATCH_KEEP_PROMISES": "off", "SPECBATCH_SLACK_PACE": "off"}
+    assert built.keep_promises, "on unless switched off"
+    assert built.b_sla_pace == "slack"
+    env = {"SPECBATCH_KEEP_PROMISES": "off", "SPECBATCH_B_SLA_PACE": "allowance"}
     off = build_admission(ModelSettings(config, tmp_path, env=env)).config
-    assert (off.keep_promises, off.pace_from_slack) == (False, False)
+    assert (off.keep_promises, off.b_sla_pace) == (False, "allowance")
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 
