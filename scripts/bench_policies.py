@@ -16,8 +16,9 @@ same arrival times) over one gRPC stream:
   ablations of (a)     without b_SLA, b_SLA at the fixed per-token allowance instead of
                        the running rows' slack (always, or while one row alone reaches
                        it), refusing a request only for its own SLA (not for a queued
-                       prompt's it would break), without b_mem, without deadline
-                       shedding, one bin
+                       prompt's it would break), never starting a prompt past b_SLA's
+                       rows (beside rows with slack to spare), without b_mem, without
+                       deadline shedding, one bin
 
 Workloads: `infobench` (infobench prompts, 60 % asking 8-32 tokens, the rest 96-192),
 `mixed` (the router's default graph/mmlu/infobench mix, sent through the ensemble as
@@ -125,6 +126,11 @@ ABLATIONS = (
         "break_promises",
         "(a) refusing only for the newcomer's own SLA",
         {"env": {"SPECBATCH_KEEP_PROMISES": "off"}},
+    ),
+    Setup(
+        "no_start_beside",
+        "(a) never past b_SLA's rows",
+        {"env": {"SPECBATCH_START_BESIDE": "off"}},
     ),
     Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
     Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),

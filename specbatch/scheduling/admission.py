@@ -132,6 +132,8 @@ class AdmissionConfig:
     b_sla_pace: str = "slack"
     # refuse a request that would push a queued prompt past the SLA it can still make
     keep_promises: bool = True
+    # past b_SLA's rows, start a prompt whose whole service fits in the running rows' slack
+    start_beside: bool = True
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -179,6 +181,7 @@ class _AdmittedRow:
     need: float  # KV tokens it will hold at its end: input + predicted
     # the seconds a token it can run at and end within its budget, and within twice it
     affordable_paces_s: tuple[float, float]
+    beside_s: float = 0.0  # started past b_SLA's rows: the service it took of their slack
 
 
 @dataclass
@@ -290,7 +293,8 @@ class AdmissionPolicy:
         starts = self._predicted_starts(queued + requests, now_s, tpot)
         for request in requests:
             start_s = starts[request.request_id]
-            if start_s > now_s and start_s > now_s + self._slack(request, now_s, tpot):
+            late = start_s > now_s and start_s > now_s + self._slack(request, now_s, tpot)
+            if late and not any(self._beside(i, [request], 1, now_s) for i in self._instances.values()):
                 return "this request would start too late to meet its SLA"
         if not self.config.keep_promises:
             return None
@@ -445,14 +449,22 @@ class AdmissionPolicy:
                     started[name] = chosen
             return started
         while self._queued:
-            for name in self._placement_order(now_s):
-                chosen = self.admit(name, now_s, limit=1)
-                if chosen:
-                    started.setdefault(name, []).extend(chosen)
-                    break
-            else:
+            name, chosen = self._admit_one(now_s)
+            if not chosen:
                 break
+            started.setdefault(name, []).extend(chosen)
         return started
+
+    def _admit_one(self, now_s: float) -> tuple[str, list[QueuedRequest]]:
+        """One prompt to the first instance in placement order with a row b_SLA allows
+        for it, else to the first it can start beside the running rows of."""
+        names = self._placement_order(now_s)
+        for beside in (False, True):
+            for name in names:
+                chosen = self.admit(name, now_s, limit=1, beside=beside)
+                if chosen:
+                    return name, chosen
+        return "", []
 
     def _placement_order(self, now_s: float) -> list[str]:
         """Instances by rows running, a holder of the next prompt's prefix first if one is
@@ -475,26 +487,89 @@ class AdmissionPolicy:
             names.insert(0, holders[-1])
         return names
 
-    def admit(self, name: str, now_s: float, limit: int | None = None) -> list[QueuedRequest]:
+    def admit(
+        self, name: str, now_s: float, limit: int | None = None, beside: bool = True
+    ) -> list[QueuedRequest]:
         """The prompts (at most ``limit``) to start on instance ``name`` now, best first;
-        they leave the queue."""
+        they leave the queue. Once the rows min(b_mem, b_SLA) allows are taken, and with
+        ``beside``, prompts that fit in the running rows' slack start beside them
+        (:meth:`_beside`)."""
         instance = self._instance(name)
         room = self._row_cap(instance) - instance.rows
         if limit is not None:
             room = min(room, limit)
-        if room <= 0 or not self._queued:
+        if not self._queued:
             return []
         if self.config.order == "multibin":
-            chosen = self._one_bins_batch(instance, room, now_s)
-        else:
-            chosen = self._fitting(instance, self._ordered(now_s), room)
+            chosen = self._one_bins_batch(instance, room, now_s) if room > 0 else []
+            for request in chosen:
+                self._start(name, instance, request, now_s, 0.0)
+            return chosen
+        candidates = self._ordered(now_s)
+        chosen = self._fitting(instance, candidates, room) if room > 0 else []
         for request in chosen:
-            del self._queued[request.request_id]
-            instance.running[request.request_id] = _AdmittedRow(
-                request, now_s, self._need(request), self._affordable_paces_s(request, now_s)
-            )
-            self._prefix_holders.sent(request.prefix_keys, name)
+            self._start(name, instance, request, now_s, 0.0)
+        spare = (len(candidates) if limit is None else limit) - len(chosen)
+        if beside and spare > 0:
+            waiting = [request for request in candidates if request.request_id in self._queued]
+            for request, cost_s in self._beside(instance, waiting, spare, now_s):
+                self._start(name, instance, request, now_s, cost_s)
+                chosen.append(request)
         return chosen
+
+    def _start(
+        self, name: str, instance: _Instance, request: QueuedRequest, now_s: float, beside_s: float
+    ) -> None:
+        del self._queued[request.request_id]
+        instance.running[request.request_id] = _AdmittedRow(
+            request, now_s, self._need(request), self._affordable_paces_s(request, now_s), beside_s
+        )
+        self._prefix_holders.sent(request.prefix_keys, name)
+
+    def _beside(
+        self, instance: _Instance, candidates: list[QueuedRequest], spare: int, now_s: float
+    ) -> list[tuple[QueuedRequest, float]]:
+        """Up to ``spare`` of the candidates, in their order, to start now past the rows
+        b_SLA allows, each with the seconds of service it takes. b_SLA prices a row by the
+        pace it holds every row to; a short prompt beside long rows costs them at most its
+        whole service (prefill, and its tokens at the measured seconds a token), and where
+        that fits in the slack every running row has left of its finish budget (less what
+        the prompts already started beside them took), it delays none past its SLA. A
+        first-come batcher starts such prompts at once; held to b_SLA's rows they would
+        wait for a long row to end, and be refused. Only a prompt that makes its own SLA
+        started now, within the instance's rows and memory, with b_SLA on."""
+        cfg = self.config
+        if not (cfg.start_beside and cfg.sla_aware and cfg.order == "least_slack") or not instance.running:
+            return []
+        tpot = self._tpot_estimate()
+        rows = instance.running.values()
+        budget_s = min(self._row_slack(row, now_s, tpot) for row in rows) - sum(r.beside_s for r in rows)
+        headroom = self._headroom(instance)
+        most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
+        picked: list[tuple[QueuedRequest, float]] = []
+        for request in candidates:
+            if len(picked) >= most:
+                break
+            cost_s = self._service_s(request, tpot)
+            own_slack_s = self._slack(request, now_s, tpot)
+            need = self._need(request)
+            if cost_s > budget_s or own_slack_s < 0:
+                continue
+            if need + self._margin(instance.rows + len(picked) + 1) > headroom:
+                continue
+            headroom -= need
+            budget_s = min(budget_s - cost_s, own_slack_s)
+            picked.append((request, cost_s))
+        return picked
+
+    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float) -> float:
+        """Seconds a running row has to spare: from its predicted end (its start, its
+        prefill and its predicted tokens at ``tpot``) to its finish budget's end."""
+        request = row.request
+        due_s = request.arrival_s + self.config.finish_budget_s(request.predicted_tokens)
+        if request.deadline_s is not None:
+            due_s = min(due_s, request.deadline_s)
+        return due_s - max(now_s, row.start_s + self._service_s(request, tpot))
 
     # ---- internals --------------------------------------------------------------------
 

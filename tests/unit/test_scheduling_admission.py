@@ -118,6 +118,80 @@ def test_slots_that_free_up_later_are_counted_at_b_slas_lower_bound_not_its_midp
     assert enqueue_short(sla_aware=False) == 1
 
 
+def b_sla_held_to_three_rows_running_them(**overrides) -> AdmissionPolicy:
+    """An instance of up to 8 rows that b_SLA holds to three, running three 200-token
+    rows started at 0 (SLA 0.5 s + 10 ms a token: each due at 2.5 s) at 5 ms a token,
+    so that each ends at 1.005 s with 1.495 s to spare. b_SLA measured a slow spell at
+    three rows (its upper bound fell to two), then two rows well within the pace (its
+    lower bound rose to two, its upper to two more): the midpoint, three."""
+    config = {"sla_aware": True, "max_rows": 8, "finish_base_s": 0.5, "finish_per_token_s": 0.01}
+    admission = policy(**config | overrides)
+    for key in ("long 1", "long 2"):
+        started(admission, key, 0.0, predicted=200)
+    for running, seconds_per_token in ((3, 0.05), (2, 0.005)):
+        for _ in range(8):
+            admission.report(
+                "a",
+                InstanceLoad(
+                    running=running, blocks_total=1000, blocks_free=900, seconds_per_token=seconds_per_token
+                ),
+            )
+    started(admission, "long 3", 0.0, predicted=200)
+    assert admission.capacity("a").rows_allowed == 3
+    return admission
+
+
+def test_a_prompt_that_fits_in_the_running_rows_slack_starts_beside_them_past_b_slas_rows():
+    admission = b_sla_held_to_three_rows_running_them()
+    # the next slot frees at 1.005 s; "short" must start by 0.5 + 0.1 - 0.055 s
+    admission.enqueue(request("short", predicted=10))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["short"]
+    # "short" itself has 0.545 s to spare, less the 0.055 s it took: too little for a
+    # 200-token prompt (1.005 s), which waits for a slot (it has time to) ...
+    admission.enqueue(request("long 4", predicted=200))
+    assert admission.admit("a", 0.0) == []
+    # ... while a second short prompt still fits
+    admission.enqueue(request("short 2", predicted=10))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["short 2"]
+    assert admission.capacity("a").rows_allowed == 3
+
+
+def test_prompts_started_beside_running_rows_take_their_slack_until_none_is_left():
+    admission = b_sla_held_to_three_rows_running_them()
+    # 1.005 s of the 1.495 s the long rows have left
+    admission.enqueue(request("long 4", predicted=200))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["long 4"]
+    shorts = [f"short {i}" for i in range(10)]
+    for key in shorts:
+        admission.enqueue(request(key, predicted=10))
+    # 0.49 s left, 0.055 s a short prompt: eight fit, four fill the instance's 8 rows
+    assert [r.request_id for r in admission.admit("a", 0.0)] == shorts[:4]
+    capped = b_sla_held_to_three_rows_running_them(max_rows=16)
+    capped.enqueue(request("long 4", predicted=200))
+    capped.admit("a", 0.0)
+    for key in shorts:
+        capped.enqueue(request(key, predicted=10))
+    assert [r.request_id for r in capped.admit("a", 0.0)] == shorts[:8]
+
+
+def test_without_start_beside_a_prompt_waits_for_b_slas_rows_and_is_refused_when_that_is_too_late():
+    admission = b_sla_held_to_three_rows_running_them(start_beside=False)
+    with pytest.raises(QueueFullError, match="start too late"):
+        admission.enqueue(request("short", predicted=10))
+
+
+def test_no_prompt_starts_beside_rows_that_have_no_slack_left():
+    admission = b_sla_held_to_three_rows_running_them()
+    # at 20 ms a token the long rows end at 4.005 s, past their 2.5 s: none has slack
+    for _ in range(8):
+        admission.report(
+            "a", InstanceLoad(running=3, blocks_total=1000, blocks_free=900, seconds_per_token=0.02)
+        )
+    assert admission.capacity("a").rows_allowed < 3
+    with pytest.raises(QueueFullError, match="start too late"):
+        admission.enqueue(request("short", predicted=10))
+
+
 def test_a_request_no_instance_may_start_is_refused_at_once_not_queued_forever():
     admission = policy()
     admission.report("a", InstanceLoad(blocks_total=1000, blocks_free=1000, max_rows=0))
@@ -624,9 +698,14 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     assert built.flush_s == 0.25
     assert built.keep_promises, "on unless switched off"
     assert built.b_sla_pace == "slack"
-    env = {"SPECBATCH_KEEP_PROMISES": "off", "SPECBATCH_B_SLA_PACE": "allowance"}
+    assert built.start_beside
+    env = {
+        "SPECBATCH_KEEP_PROMISES": "off",
+        "SPECBATCH_B_SLA_PACE": "allowance",
+        "SPECBATCH_START_BESIDE": "off",
+    }
     off = build_admission(ModelSettings(config, tmp_path, env=env)).config
-    assert (off.keep_promises, off.b_sla_pace) == (False, "allowance")
+    assert (off.keep_promises, off.b_sla_pace, off.start_beside) == (False, "allowance", False)
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 

@@ -52,7 +52,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     tighter of `sla_tpot_ms` and `sla_finish_per_token_ms` a token, Algorithm 2 as written;
     `allowance_in_reach`: the allowance while one row alone reaches it). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
-    prompt that can still make its SLA past it."""
+    prompt that can still make its SLA past it; past b_SLA's rows, a prompt whose whole
+    service fits in the running rows' slack starts beside them (`start_beside`)."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
@@ -72,6 +73,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             shed_deadlines=smart and settings.switch("deadline_shedding", True),
             b_sla_pace=settings.raw("b_sla_pace", "slack"),
             keep_promises=settings.switch("keep_promises", True),
+            start_beside=settings.switch("start_beside", True),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
