@@ -50,6 +50,12 @@ admission decisions, taken per instance whenever it reports its state:
   first of the instances' row slots to free up; and, with ``keep_promises``, one that
   would push a queued prompt that can still make its SLA past it. A queued prompt whose
   client deadline can no longer be met is shed early instead of taking a slot.
+- **past b_SLA's rows**: b_SLA's search only grows past the batch sizes an instance has
+  run, so under light load it allows a row or two more than run, and a burst of short
+  prompts beside long rows would wait for a long row to end (and be refused). With
+  ``start_beside``, a prompt whose whole service fits in the slack every running row has
+  left of its finish budget (less what prompts started so took) starts at once beside
+  them, within the instance's rows and memory.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to
