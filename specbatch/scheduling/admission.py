@@ -504,7 +504,7 @@ class AdmissionPolicy:
         room = self._row_cap(instance) - instance.rows
         if limit is not None:
             room = min(room, limit)
-        if not self._queued:
+        if not self._queued or (room <= 0 and not beside):
             return []
         if self.config.order == "multibin":
             chosen = self._one_bins_batch(instance, room, now_s) if room > 0 else []
