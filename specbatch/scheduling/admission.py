@@ -8,20 +8,25 @@ admission decisions, taken per instance whenever it reports its state:
   grow into (their predicted totals minus what they hold), less a CLT margin on the
   error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
-  token against a per-token pace. Algorithm 2 holds it to the pace the SLA allows every
-  token (the tighter of ``tpot_sla_s`` and ``finish_per_token_s``), but that allowance
-  is not the SLA: a row has its finish budget (``finish_base_s`` plus its tokens at
-  ``finish_per_token_s``, or its client's deadline) for its predicted tokens from the
-  moment it started, and short rows carry the base of that budget over few tokens. Held
-  to the allowance, an instance of short rows runs one or two of them where it could run
-  ten in time, and refuses the rest. So each instance is held to the tightest pace its
-  running rows can afford and reach: a row that cannot end in time even at b_SLA's
-  floor (seconds a token measured at its smallest batch) counts with the pace that ends
-  it within twice its budget, and one that cannot make even that counts with none;
-  ``tpot_sla_s`` bounds the pace whatever the rows afford. ``b_sla_pace="allowance"``
-  is Algorithm 2 as written; ``"allowance_in_reach"`` uses the rows' pace only once one
-  row alone runs slower than the allowance (there the search would shrink every
-  instance to one row and throughput collapse without saving a row).
+  token against the per-token pace the SLA allows every token (the tighter of
+  ``tpot_sla_s`` and ``finish_per_token_s``). Algorithm 2 assumes a smaller batch
+  brings the pace within reach; on a machine slower than the SLA was written for, even
+  one row alone runs slower (b_SLA's floor, measured at its smallest batch), the search
+  would shrink every instance to one row, and throughput would collapse without saving
+  a row. So once the floor is above the allowance, each instance is held instead to the
+  tightest pace its rows can afford and reach: a row has its finish budget
+  (``finish_base_s`` plus its tokens at ``finish_per_token_s``, or its client's
+  deadline) for its predicted tokens from the moment it started, and short rows carry
+  the base of that budget over few tokens; a row that cannot end in time even at the
+  floor counts with the pace that ends it within twice its budget, and one that cannot
+  make even that counts with none; ``tpot_sla_s`` bounds the pace whatever the rows
+  afford. ``b_sla_pace="slack"`` holds every instance to such a pace wherever the floor
+  is (the allowance is not the SLA: held to it, an instance of short rows runs one or
+  two where it could run more in time), and counts a long prompt of the mix too, as it
+  would start on arrival (two standard deviations above the mean predicted length), so
+  that the pace does not drift, while short rows run, past what the long prompts still
+  arriving can afford; ``"allowance"`` holds it to the allowance always (Algorithm 2 as
+  written).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
   ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus
@@ -50,12 +55,12 @@ admission decisions, taken per instance whenever it reports its state:
   first of the instances' row slots to free up; and, with ``keep_promises``, one that
   would push a queued prompt that can still make its SLA past it. A queued prompt whose
   client deadline can no longer be met is shed early instead of taking a slot.
-- **past b_SLA's rows**: b_SLA's search only grows past the batch sizes an instance has
-  run, so under light load it allows a row or two more than run, and a burst of short
-  prompts beside long rows would wait for a long row to end (and be refused). With
-  ``start_beside``, a prompt whose whole service fits in the slack every running row has
-  left of its finish budget (less what prompts started so took) starts at once beside
-  them, within the instance's rows and memory.
+- **past b_SLA's rows** (``start_beside``, off by default): b_SLA's search only grows
+  past the batch sizes an instance has run, so under light load it allows a row or two
+  more than run, and a short prompt arriving beside long rows waits for a long row to
+  end (and may be refused). With ``start_beside``, a prompt whose whole service fits in
+  the slack every running row has left of its finish budget (less what prompts started
+  so took) starts at once beside them, within the instance's rows and memory.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to
@@ -133,13 +138,14 @@ class AdmissionConfig:
     # tpot_sla_s and finish_per_token_s
     finish_base_s: float | None = None
     finish_per_token_s: float | None = None
-    # b_SLA's pace: what the running rows can afford of their budgets ("slack"), that only
-    # once one row alone misses the allowance ("allowance_in_reach"), or the allowance
-    b_sla_pace: str = "slack"
+    # b_SLA's pace: the allowance while one row alone reaches it, else what the running
+    # rows can afford of their budgets ("allowance_in_reach"); the latter always
+    # ("slack"); the allowance always ("allowance")
+    b_sla_pace: str = "allowance_in_reach"
     # refuse a request that would push a queued prompt past the SLA it can still make
     keep_promises: bool = True
     # past b_SLA's rows, start a prompt whose whole service fits in the running rows' slack
-    start_beside: bool = True
+    start_beside: bool = False
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -629,10 +635,11 @@ class AdmissionPolicy:
 
     def _pace_s(self, instance: _Instance) -> float:
         """Seconds a token b_SLA holds the instance to now: the tightest pace its running
-        rows can afford of their finish budgets and reach (no faster than b_SLA's floor),
-        within ``tpot_sla_s`` (see the module's docstring); the SLA's per-token allowance
-        before a row runs, always with ``b_sla_pace="allowance"``, and with
-        ``"allowance_in_reach"`` while one row alone was measured to reach it."""
+        rows (with ``b_sla_pace="slack"``, and a long prompt of the mix:
+        :meth:`_newcomer_paces_s`) can afford of their finish budgets and reach (no
+        faster than b_SLA's floor), within ``tpot_sla_s`` (see the module's docstring);
+        the SLA's per-token allowance before a row runs, always with ``"allowance"``,
+        and with ``"allowance_in_reach"`` while one row alone was measured to reach it."""
         cfg = self.config
         floor = None if instance.sla is None else instance.sla.floor_s
         if cfg.b_sla_pace == "allowance" or not instance.running:
@@ -641,12 +648,26 @@ class AdmissionPolicy:
             floor is None or floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE)
         ):
             return cfg.pace_s
-        reachable = [
-            next((pace for pace in row.affordable_paces_s if pace >= (floor or 0.0)), None)
-            for row in instance.running.values()
-        ]
+        affordable = [row.affordable_paces_s for row in instance.running.values()]
+        if cfg.b_sla_pace == "slack" and self._predicted.count:
+            affordable.append(self._newcomer_paces_s())
+        reachable = [next((pace for pace in paces if pace >= (floor or 0.0)), None) for paces in affordable]
         saved = [pace for pace in reachable if pace is not None]
         return min(cfg.tpot_sla_s, *saved) if saved else cfg.tpot_sla_s
+
+    def _newcomer_paces_s(self) -> tuple[float, float]:
+        """The paces a long prompt of the mix (two standard deviations above the mean
+        predicted length the queue has seen) affords started on arrival: within its
+        budget and within twice it. Rows that afford more would let the pace drift past
+        what such a prompt can afford, and the instance then refuses long prompts (they
+        would start too late at its pace) or serves them late while it drains."""
+        tokens = min(
+            self.config.max_predicted_tokens,
+            max(1.0, self._predicted.mean + 2.0 * math.sqrt(self._predicted.variance)),
+        )
+        budget_s = self.config.finish_budget_s(tokens)
+        prefill_s = self._inputs.mean * self._prefill_s_per_token()
+        return (budget_s - prefill_s) / tokens, (2.0 * budget_s - prefill_s) / tokens
 
     def _affordable_paces_s(self, request: QueuedRequest, start_s: float) -> tuple[float, float]:
         """Seconds a token a prompt started at ``start_s`` can run at, after its prefill,

@@ -124,7 +124,13 @@ def b_sla_held_to_three_rows_running_them(**overrides) -> AdmissionPolicy:
     so that each ends at 1.005 s with 1.495 s to spare. b_SLA measured a slow spell at
     three rows (its upper bound fell to two), then two rows well within the pace (its
     lower bound rose to two, its upper to two more): the midpoint, three."""
-    config = {"sla_aware": True, "max_rows": 8, "finish_base_s": 0.5, "finish_per_token_s": 0.01}
+    config = {
+        "sla_aware": True,
+        "max_rows": 8,
+        "finish_base_s": 0.5,
+        "finish_per_token_s": 0.01,
+        "start_beside": True,
+    }
     admission = policy(**config | overrides)
     for key in ("long 1", "long 2"):
         started(admission, key, 0.0, predicted=200)
@@ -362,27 +368,27 @@ def b_sla_after(
     return admission.capacity("a").b_sla, admission
 
 
-def test_b_sla_lets_short_rows_run_at_the_pace_their_budgets_afford_though_one_row_reaches_the_allowance():
+def test_slack_pace_lets_short_rows_run_at_the_pace_they_afford_though_one_row_reaches_the_allowance():
     # ten tokens with 0.5 s + 0.1 s to end them afford 60 ms a token; one row alone ran
     # at 5 ms, so a smaller batch would reach the 10 ms allowance, but no row needs it
-    grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005)
+    grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="slack")
     assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.1 - 10 / 2000) / 10)
-    unmeasured, _ = b_sla_after([10] * 8, 0.03)
+    unmeasured, _ = b_sla_after([10] * 8, 0.03, b_sla_pace="slack")
     assert grown == unmeasured >= 8
 
 
-def test_b_sla_holds_to_the_allowance_where_configured_so_whatever_rows_afford():
-    held, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="allowance_in_reach")
+def test_b_sla_holds_to_the_allowance_by_default_while_one_row_reaches_it_whatever_rows_afford():
+    held, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005)
     assert admission.capacity("a").pace_s == pytest.approx(0.01)
     fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="allowance")
-    unmeasured, _ = b_sla_after([10] * 8, 0.03, b_sla_pace="allowance_in_reach")
+    unmeasured, _ = b_sla_after([10] * 8, 0.03)
     assert held == fixed == unmeasured < 8
 
 
-def test_b_sla_holds_a_row_that_started_late_to_a_pace_tighter_than_the_allowance():
+def test_slack_pace_holds_a_row_that_started_late_to_a_pace_tighter_than_the_allowance():
     # 100 tokens due 0.5 s + 1 s after arrival, started 0.5 s late: 10 ms a token is too
     # slow for it (it affords (1.5 - 0.5) / 100); one row alone ran at 5 ms
-    _, admission = b_sla_after([100], 0.009, start_s=0.5, floor_s=0.005)
+    _, admission = b_sla_after([100], 0.009, start_s=0.5, floor_s=0.005, b_sla_pace="slack")
     assert admission.capacity("a").pace_s == pytest.approx((1.5 - 0.5 - 10 / 2000) / 100)
 
 
@@ -397,7 +403,9 @@ def test_b_sla_lets_short_rows_run_at_the_pace_their_budgets_afford_when_the_all
 def test_b_sla_holds_an_instance_to_the_pace_of_its_tightest_row_and_lets_go_when_it_leaves():
     # one row alone ran at 12 ms (10 ms is out of reach); a 200-token row affords
     # (0.5 s + 2 s) / 200 = 12.5 ms a token: 30 ms is too slow for it
-    shrunk, admission = b_sla_after([200] + [10] * 7, 0.03, floor_s=0.012)
+    shrunk, admission = b_sla_after(
+        [200] + [10] * 7, 0.03, floor_s=0.012, b_sla_pace="allowance_in_reach"
+    )
     assert shrunk < 8
     admission.finished("a", request(0, predicted=200), 200)
     for _ in range(8):
@@ -405,6 +413,18 @@ def test_b_sla_holds_an_instance_to_the_pace_of_its_tightest_row_and_lets_go_whe
             "a", InstanceLoad(running=7, blocks_total=1000, blocks_free=900, seconds_per_token=0.03)
         )
     assert admission.capacity("a").b_sla >= 7 > shrunk
+
+
+def test_slack_pace_holds_short_rows_to_the_pace_a_long_prompt_of_the_mix_affords():
+    # the queue has seen one 200-token prompt in eight: two standard deviations above
+    # the mean, a prompt of 33.75 + 2 x 67.2 = 168 tokens, which affords 13 ms a token
+    # ((0.5 s + 1.68 s) / 168, less its prefill); the 10-token rows alone afford 60 ms
+    rows = [200] + [10] * 7
+    _, admission = b_sla_after(rows, 0.03, floor_s=0.005, b_sla_pace="slack")
+    admission.finished("a", request(0, predicted=200), 200)
+    admission.report("a", InstanceLoad(running=7, blocks_total=1000, blocks_free=900, seconds_per_token=0.03))
+    long = float(np.mean(rows) + 2 * np.std(rows, ddof=1))
+    assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.01 * long - 10 / 2000) / long)
 
 
 def test_a_row_the_floor_cannot_save_holds_the_instance_to_twice_its_budget_not_the_allowance():
@@ -697,15 +717,14 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     )
     assert built.flush_s == 0.25
     assert built.keep_promises, "on unless switched off"
-    assert built.b_sla_pace == "slack"
-    assert built.start_beside
+    assert (built.b_sla_pace, built.start_beside) == ("allowance_in_reach", False)
     env = {
         "SPECBATCH_KEEP_PROMISES": "off",
-        "SPECBATCH_B_SLA_PACE": "allowance",
-        "SPECBATCH_START_BESIDE": "off",
+        "SPECBATCH_B_SLA_PACE": "slack",
+        "SPECBATCH_START_BESIDE": "on",
     }
-    off = build_admission(ModelSettings(config, tmp_path, env=env)).config
-    assert (off.keep_promises, off.b_sla_pace, off.start_beside) == (False, "allowance", False)
+    changed = build_admission(ModelSettings(config, tmp_path, env=env)).config
+    assert (changed.keep_promises, changed.b_sla_pace, changed.start_beside) == (False, "slack", True)
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 

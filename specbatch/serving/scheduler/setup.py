@@ -47,13 +47,14 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     `b_mem`, `b_sla` and `deadline_shedding` (on by default) switch one part off.
     A prompt's SLA: its first token within `sla_ttft_ms`, its last within
     `sla_finish_base_ms` + its tokens x `sla_finish_per_token_ms` (0: `sla_ttft_ms` and
-    `sla_tpot_ms`); b_SLA holds each instance to the pace its running rows can afford of
-    their finish budgets, within `sla_tpot_ms` (`b_sla_pace`: `slack`; `allowance`: the
-    tighter of `sla_tpot_ms` and `sla_finish_per_token_ms` a token, Algorithm 2 as written;
-    `allowance_in_reach`: the allowance while one row alone reaches it). A request is
+    `sla_tpot_ms`); b_SLA holds each instance's pace to the tighter of `sla_tpot_ms`
+    and `sla_finish_per_token_ms` a token, and where one row alone runs slower than that,
+    to what its running rows can afford of their finish budgets (`b_sla_pace`:
+    `allowance_in_reach`; `slack`: the rows' pace, and a long prompt of the mix's,
+    wherever one row runs; `allowance`: the allowance always, Algorithm 2 as written). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
-    prompt that can still make its SLA past it; past b_SLA's rows, a prompt whose whole
-    service fits in the running rows' slack starts beside them (`start_beside`)."""
+    prompt that can still make its SLA past it; with `start_beside` (off), a prompt whose
+    whole service fits in the running rows' slack starts beside them past b_SLA's rows."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
@@ -71,9 +72,9 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             memory_aware=smart and settings.switch("b_mem", True),
             sla_aware=smart and settings.switch("b_sla", True),
             shed_deadlines=smart and settings.switch("deadline_shedding", True),
-            b_sla_pace=settings.raw("b_sla_pace", "slack"),
+            b_sla_pace=settings.raw("b_sla_pace", "allowance_in_reach"),
             keep_promises=settings.switch("keep_promises", True),
-            start_beside=settings.switch("start_beside", True),
+            start_beside=settings.switch("start_beside", False),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
