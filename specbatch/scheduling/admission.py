@@ -471,7 +471,7 @@ class AdmissionPolicy:
         """One prompt to the first instance in placement order with a row b_SLA allows
         for it, else to the first it can start beside the running rows of."""
         names = self._placement_order(now_s)
-        for beside in (False, True):
+        for beside in (False, True) if self._starts_beside else (False,):
             for name in names:
                 chosen = self.admit(name, now_s, limit=1, beside=beside)
                 if chosen:
@@ -510,6 +510,7 @@ class AdmissionPolicy:
         room = self._row_cap(instance) - instance.rows
         if limit is not None:
             room = min(room, limit)
+        beside = beside and self._starts_beside
         if not self._queued or (room <= 0 and not beside):
             return []
         if self.config.order == "multibin":
@@ -551,7 +552,7 @@ class AdmissionPolicy:
         wait for a long row to end, and be refused. Only a prompt that makes its own SLA
         started now, within the instance's rows and memory, with b_SLA on."""
         cfg = self.config
-        if not (cfg.start_beside and cfg.sla_aware and cfg.order == "least_slack") or not instance.running:
+        if not self._starts_beside or not instance.running:
             return []
         tpot = self._tpot_estimate()
         rows = instance.running.values()
@@ -573,6 +574,13 @@ class AdmissionPolicy:
             budget_s = min(budget_s - cost_s, own_slack_s)
             picked.append((request, cost_s))
         return picked
+
+    @property
+    def _starts_beside(self) -> bool:
+        """Whether prompts may start past b_SLA's rows: ``start_beside``, where there is a
+        b_SLA to pass (least slack, SLA-aware)."""
+        cfg = self.config
+        return cfg.start_beside and cfg.sla_aware and cfg.order == "least_slack"
 
     def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float) -> float:
         """Seconds a running row has to spare: from its predicted end (its start, its
@@ -665,9 +673,8 @@ class AdmissionPolicy:
             self.config.max_predicted_tokens,
             max(1.0, self._predicted.mean + 2.0 * math.sqrt(self._predicted.variance)),
         )
-        budget_s = self.config.finish_budget_s(tokens)
-        prefill_s = self._inputs.mean * self._prefill_s_per_token()
-        return (budget_s - prefill_s) / tokens, (2.0 * budget_s - prefill_s) / tokens
+        long_prompt = QueuedRequest("a long prompt of the mix", tokens, round(self._inputs.mean), 0.0)
+        return self._affordable_paces_s(long_prompt, 0.0)
 
     def _affordable_paces_s(self, request: QueuedRequest, start_s: float) -> tuple[float, float]:
         """Seconds a token a prompt started at ``start_s`` can run at, after its prefill,
