@@ -28,6 +28,9 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
   its corrected goodput comes close to the best's. The bonus is divided by what a
   probe costs over a plain step (the K's step, and catching lagging drafts up in
   full), since a probe of a long K, or after long plain decoding, costs that many steps.
+- Plain decoding (K = 0) gets no bonus: its tokens are exact and every plain pass
+  refits its cost, so there is nothing about it to find out, and a bonus on the arm
+  whose probes cost nothing would outbid every K > 0 whose probe costs a few steps.
 """
 
 from __future__ import annotations
@@ -49,8 +52,12 @@ PRIOR_STEPS = 2.0
 # of a flat line (eight steps one K away from the mean).
 SLOPE_PRIOR = 8.0
 # Scale of the optimism bonus: a K whose evidence has faded is retried when its
-# corrected goodput is within about this fraction (times a few) of the best's.
-EXPLORATION = 0.03
+# corrected goodput is within about this fraction (times a few) of the best's. Divided
+# by what a probe costs over a plain step, it must still outbid a cost model a few per
+# cent wrong: at 0.03 (with a bonus on plain decoding too) the policy never probed K = 1
+# on the α ≈ 0.5 pair at one row, where K = 1 ran 1.15x plain decoding
+# (docs/BENCHMARKS.md, "A wider optimism bonus, none for plain decoding").
+EXPLORATION = 0.1
 
 
 @dataclass
@@ -173,7 +180,10 @@ class RealisedGoodput:
         """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
         what a probe of K costs over a plain step: a long K's step, and the whole
         catch-up of drafts that lag (a probe that ends in plain decoding again repays
-        none of it), cost that many plain steps, so its bonus is that much smaller."""
+        none of it), cost that many plain steps, so its bonus is that much smaller.
+        Plain decoding (K = 0) gets none (see the module's docstring)."""
+        if k == 0:
+            return rate
         bucket = self._buckets.get(batch_bucket(rows), _Bucket())
         total = sum(e.steps for e in bucket.arms.values())
         steps = bucket.arms.get(k, _Evidence()).steps
