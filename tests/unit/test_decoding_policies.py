@@ -281,8 +281,8 @@ def test_goodput_finds_the_best_k_when_each_step_commits_a_random_run(alpha: flo
 
 
 def _overpriced_draft_policy() -> GoodputLookahead:
-    """A cost model whose draft pass costs half a target pass, and whose verify of
-    K + 1 tokens costs K + 1 tenths more than one token."""
+    """A cost model whose draft pass costs about half a target pass, each token a
+    target pass feeds adding a tenth of the pass's fixed cost."""
     return GoodputLookahead(
         _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-4, fixed=0.005))
     )
