@@ -474,8 +474,10 @@ class Engine:
         if not rows:
             return
         before = [r.draft_cached for r in rows]
+        self.runner.clock.drain()  # the window holds the catch-up's device time, no more
         started = time.perf_counter()
         fed = self.runner.prefill(rows, "draft", self._prefill_budget(), self._draft_writable_end)
+        self.runner.clock.drain()
         seconds = time.perf_counter() - started
         for row, cached in zip(rows, before, strict=True):
             if fed and not row.lag_priced:
@@ -521,6 +523,7 @@ class Engine:
         # outcome must not move the acceptance it is predicted from
         judged, beside = (spec_rows, plain_target) if spec_rows else (plain_target, [])
         shape = self._batch_shape(judged) if judged else None
+        self.runner.clock.drain()  # this iteration's prefill is not the step's cost
         if spec_rows:
             started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)

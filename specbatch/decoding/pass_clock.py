@@ -23,6 +23,7 @@ class PassClock:
 
     def __init__(self, device: torch.device) -> None:
         self._cuda = device.type == "cuda"
+        self._device = device
         self._pending: list[tuple[torch.cuda.Event, torch.cuda.Event, PassTimed]] = []
 
     def start(self) -> object:
@@ -39,6 +40,14 @@ class PassClock:
         end = torch.cuda.Event(enable_timing=True)
         end.record()
         self._pending.append((started, end, record))
+
+    def drain(self) -> None:
+        """Wait until the device has run everything queued (nothing to wait for on the
+        CPU). A wall-clock window that must hold exactly its own device work (a draft's
+        catch-up, a step timed as a whole) is closed, or opened, after a drain: without
+        one, work launched before it would land in the next window that synchronises."""
+        if self._cuda:
+            torch.cuda.synchronize(self._device)
 
     def settle(self) -> None:
         """Hand out the times of every pass stopped so far (waits for the last one)."""

@@ -415,6 +415,42 @@ def test_a_row_admitted_while_speculating_owes_its_drafts_prefill(pair, referenc
     assert owed[late_ids[0]] > 0.0, "a newcomer's draft prefill is a cost of speculating"
 
 
+def test_timed_windows_open_and_close_on_a_drained_device(pair, reference) -> None:
+    # On a GPU, work is queued without waiting; a wall-clock window closes on the next
+    # synchronisation. Without a drain, the target's prefill would land in the step's
+    # seconds and a catch-up's own device time in the step after it, biasing the
+    # realised cost of long Ks. Each catch-up and each decode step is timed between
+    # two drains, so its window holds its own work and nothing queued before it.
+    rows = prompts(4, pair.vocab_size, seed=11, min_len=12, max_len=16)
+    engine = Engine(pair, prefill_chunk=8)
+    engine.lookahead = _SwitchOn(plain=6)
+    trace: list[str] = []
+    runner = engine.runner
+
+    def traced(name: str, call: Callable) -> Callable:
+        def run(*args, **kwargs):
+            label = f"{name} {args[1]}" if name in ("prefill", "plain_step") else name
+            trace.append(label)
+            return call(*args, **kwargs)
+
+        return run
+
+    runner.clock.drain = traced("drain", runner.clock.drain)
+    for name in ("prefill", "speculative_step", "plain_step"):
+        setattr(runner, name, traced(name, getattr(runner, name)))
+    results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
+    for result, prompt in zip(results, rows, strict=True):
+        assert result.tokens == reference(tuple(prompt))
+    catch_ups = [i for i, label in enumerate(trace) if label == "prefill draft"]
+    steps = [i for i, label in enumerate(trace) if label in ("speculative_step", "plain_step target")]
+    assert catch_ups and "speculative_step" in trace
+    for i in catch_ups:
+        assert trace[i - 1] == "drain" and trace[i + 1] == "drain", trace[i - 1 : i + 2]
+    for i in steps:
+        before = trace[i - 1] if trace[i - 1] != "speculative_step" else trace[i - 2]
+        assert before == "drain", trace[i - 2 : i + 1]
+
+
 def test_a_step_is_judged_against_the_batch_as_it_stood_before_it_ran(pair, reference) -> None:
     # A step's own outcome must not move the acceptance it is predicted from: a lucky
     # step raising its rows' estimates would make its prediction look missed. What the
