@@ -332,7 +332,7 @@ class AdmissionPolicy:
         start, as many as b_SLA's lower bound lets it keep. b_SLA moves within its bounds
         as it searches, and a start promised on its midpoint breaks when it shrinks; with
         the lower bound, fewer admitted prompts end late and more are served in time under
-        overload (docs/BENCHMARKS.md, "Admission that refuses by predicted start times")."""
+        overload (docs/BENCHMARKS_HISTORY.md, "Admission that refuses by predicted start times")."""
         slots: list[float] = []
         for instance in self._instances.values():
             ends = sorted(
