@@ -6,8 +6,10 @@ computed with several torch threads, it owns an OpenMP team, and the loop thread
 second one; with more OpenMP threads than cores, libgomp's workers stop spin-waiting
 between parallel regions, so every small matmul pays a wake-up. This script measures it
 in one process, side by side: a small linear and Hugging Face ``generate`` on the main
-thread and on a second thread, and the linear on a second thread of a process whose main
-thread runs one torch thread (so it never forms a team).
+thread and on a second thread; then the linear on a second thread of fresh processes
+whose main thread never computes, or computes on one thread only before handing the
+threads on (what a CPU instance does since it loads its models under
+``specbatch.decoding.cpu_threads.threads_for_the_engine_loop``).
 
     python scripts/bench_cpu_threads.py --model .models/controlled/a90/target
 
@@ -27,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from specbatch.decoding.cpu_threads import threads_for_the_engine_loop
 
 LINEAR_ROWS = (1, 8)
 
@@ -81,15 +85,26 @@ def main() -> None:
     parser.add_argument(
         "--second-thread-only", action="store_true", help="time the linear on a second thread alone"
     )
+    parser.add_argument(
+        "--main-on-one-thread",
+        action="store_true",
+        help="with --second-thread-only: the main thread first computes on one thread, as an "
+        "instance loads its models (specbatch.decoding.cpu_threads)",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     if args.second_thread_only:
+        with threads_for_the_engine_loop(args.threads):
+            if args.main_on_one_thread:
+                square = torch.randn(1024, 1024)
+                (square @ square).sum()
+        main = "computed on one thread" if args.main_on_one_thread else "never computing"
         for rows in LINEAR_ROWS:
             print(
-                f"linear {rows} rows, second thread, main at {args.threads} thread(s) never computing: "
+                f"linear {rows} rows, second thread at {args.threads} thread(s), main {main}: "
                 f"{on_second_thread(lambda r=rows: linear_microseconds(r)):.1f} us"
             )
         return
+    torch.set_num_threads(args.threads)
     for rows in LINEAR_ROWS:
         print(f"linear {rows} rows, main thread: {linear_microseconds(rows):.1f} us")
         second = on_second_thread(lambda r=rows: linear_microseconds(r))
@@ -98,8 +113,10 @@ def main() -> None:
         measure = generate_tokens_per_s(args.model)
         print(f"generate, main thread: {measure():.1f} tok/s")
         print(f"generate, second thread: {on_second_thread(measure):.1f} tok/s")
-    # a fresh process whose main thread runs one torch thread and never computes
-    subprocess.run([sys.executable, __file__, "--threads", "1", "--second-thread-only"], check=True)
+    # fresh processes whose main thread never computes, or computes on one thread only
+    for extra in ([], ["--main-on-one-thread"]):
+        command = [sys.executable, __file__, "--threads", str(args.threads), "--second-thread-only"]
+        subprocess.run(command + extra, check=True)
 
 
 if __name__ == "__main__":

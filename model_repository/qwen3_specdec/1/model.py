@@ -8,12 +8,14 @@ Triton's dynamic batcher forms static batches, the baseline the scheduler is mea
 against).
 """
 
+import contextlib
 import json
 import logging
 
 import torch
 
 from specbatch.decoding import Engine, load_model_pair
+from specbatch.decoding.cpu_threads import threads_for_the_engine_loop
 from specbatch.lifeline import exit_with_parent
 from specbatch.serving.faults import fault_hooks
 from specbatch.serving.framing import socket_path
@@ -36,25 +38,26 @@ class TritonPythonModel:
         if args["model_instance_kind"] == "GPU":
             self.device = f"cuda:{args['model_instance_device_id']}"
             torch.cuda.set_device(self.device)
+            loading = contextlib.nullcontext()
         else:
             self.device = "cpu"
-            torch.set_num_threads(settings.integer("cpu_threads", 1))
+            loading = threads_for_the_engine_loop(settings.integer("cpu_threads", 1))
         self.name = args["model_instance_name"]
-        pair = load_model_pair(
-            settings.model_path("target_model"),
-            settings.model_path("draft_model"),
-            device=self.device,
-            dtype=settings.raw("dtype", "auto"),
-        )
-        self.engine = Engine(
-            pair,
-            lookahead=settings.raw("lookahead", "goodput"),
-            kv_memory_budget_bytes=int(settings.number("kv_memory_budget_gb") * (1 << 30)),
-            block_size=settings.integer("kv_block_size", 16),
-            max_rows=settings.integer("max_rows", 64),
-            compile=settings.raw("compile", "none"),
-            prefix_caching=settings.switch("prefix_caching", True),
-        )
+        with loading:
+            self.engine = Engine(
+                load_model_pair(
+                    settings.model_path("target_model"),
+                    settings.model_path("draft_model"),
+                    device=self.device,
+                    dtype=settings.raw("dtype", "auto"),
+                ),
+                lookahead=settings.raw("lookahead", "goodput"),
+                kv_memory_budget_bytes=int(settings.number("kv_memory_budget_gb") * (1 << 30)),
+                block_size=settings.integer("kv_block_size", 16),
+                max_rows=settings.integer("max_rows", 64),
+                compile=settings.raw("compile", "none"),
+                prefix_caching=settings.switch("prefix_caching", True),
+            )
         self.batched = config.get("max_batch_size", 0) > 0
         self.faults = fault_hooks()
         self.link = None
