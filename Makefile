@@ -76,6 +76,7 @@ bench: setup
 	$(BIN)/python scripts/bench_policies.py --quick --out results/bench_policies.json --plot-dir results
 	$(BIN)/python scripts/bench_predict.py --policies results/bench_policies.json --out results/bench_predict.json --plot results/bench_predict.png
 	$(BIN)/python scripts/bench_slow_machine.py --predict results/bench_predict.json --policies results/bench_policies.json --out results/bench_slow_machine.json --plot results/bench_slow_machine.png
+	$(BIN)/python scripts/bench_serving_cpu.py --out results/serving_cpu.json
 
 bench-production-shapes: production-shapes
 	$(BIN)/python scripts/bench_production_shapes.py --out results/bench_production_shapes.json
