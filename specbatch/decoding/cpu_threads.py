@@ -6,9 +6,9 @@ of its life. An instance loads its models on one thread and decodes on another (
 engine's loop). Were both to compute with several threads, the process would hold two
 teams; with more OpenMP threads than cores, libgomp stops spin-waiting between parallel
 regions, and every small matmul of a decode step pays for waking its workers. On the
-2-core VM of docs/BENCHMARKS.md a small linear on the loop's thread took 158-172 µs
-after the loading thread had computed with two threads, against 53-59 µs after it had
-computed with one (`scripts/bench_cpu_threads.py`).
+2-core VM of docs/BENCHMARKS.md a small linear on a second thread took 162 µs after the
+main thread had computed with two threads, against 47 µs after it had computed with one
+(`scripts/bench_cpu_threads.py`, "Speculative decoding" there).
 """
 
 from __future__ import annotations
