@@ -216,11 +216,15 @@ class _ClientSink:
 class ChoiceLog:
     """What goodput was told of every step it ran (``--log-choices``), round by round:
     the K, the rows that ran it and the rows beside them, and the step's predicted
-    against its realised tokens and seconds. A wrong choice shows here as evidence the
-    policy was given: a run of slow steps, a K that delivered less than predicted."""
+    against its realised tokens and seconds, and when it was recorded (seconds on
+    ``clock`` since the log began). A wrong choice shows here as evidence the policy was
+    given: a run of slow steps, a K that delivered less than predicted; the times show
+    whether slow runs begin where the relay handed the engine back after a pause."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.rounds: list[dict] = []
+        self._clock = clock
+        self._began = clock()
 
     def start(self, pair: str, concurrency: int, round_index: int) -> None:
         """Steps from now on belong to this round (-1: the learners' untimed round)."""
@@ -240,6 +244,7 @@ class ChoiceLog:
                         "beside": step.plain_beside,
                         "predicted": [tokens, seconds],
                         "realised": [step.committed, step.seconds],
+                        "at": self._clock() - self._began,
                     }
                 )
             record(step)

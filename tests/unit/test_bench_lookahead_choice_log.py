@@ -1,5 +1,6 @@
 """bench_lookahead's --log-choices: every step goodput records, with its own prediction
-of that step, lands in the round it ran in, and still reaches the policy."""
+of that step and when it was recorded, lands in the round it ran in, and still reaches
+the policy."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction()
     policy = GoodputLookahead(
         {"target": passes, "draft": passes, "step_speculative": _costs(0, 0), "step_plain": _costs(0, 0)}
     )
-    log = ChoiceLog()
+    ticks = iter([100.0, 100.5, 101.25])
+    log = ChoiceLog(clock=lambda: next(ticks))
     log.attach(policy)
     batch = BatchShape(alphas=[0.8, 0.6], remaining=[50, 50], span=40)
     policy.record(StepOutcome(3, batch, 6, 4, 6, 0.05))  # before any round: not logged
@@ -39,10 +41,20 @@ def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction()
     assert [(r["pair"], r["concurrency"], r["round"]) for r in log.rounds] == [("a70", 2, -1), ("a70", 2, 0)]
     [plain] = log.rounds[0]["steps"]
     assert plain == {
-        "k": 0, "rows": 2, "beside": 0, "predicted": list(policy.predict(batch, 0)), "realised": [2, 0.02]
+        "k": 0,
+        "rows": 2,
+        "beside": 0,
+        "predicted": list(policy.predict(batch, 0)),
+        "realised": [2, 0.02],
+        "at": 0.5,
     }
     [speculative] = log.rounds[1]["steps"]
-    assert (speculative["k"], speculative["beside"], speculative["realised"]) == (2, 1, [5, 0.04])
+    assert (speculative["k"], speculative["beside"], speculative["realised"], speculative["at"]) == (
+        2,
+        1,
+        [5, 0.04],
+        1.25,
+    )
     assert speculative["predicted"] == list(policy.predict(batch, 2))
     # the policy learnt from all three steps: its corrections moved off the prior
     assert policy.realised.corrections(2, [0, 2]) != [(1.0, 1.0), (1.0, 1.0)]
