@@ -5,7 +5,12 @@ Pairs: the controlled pairs on the embedded default's shapes (a50, a70, a90: 6-l
 target, 2-layer draft) and the 12-layer controlled pair at α = 0.9 (``a90-12L``, the
 decoding benchmark's shapes). Every policy gets its own engine per pair, built and
 warmed up (calibration included) before anything is timed, and keeps it across
-concurrencies and rounds as a server would.
+concurrencies and rounds as a server would. On the CPU every engine computes on one
+torch thread (``--threads``), as a served ``cpu`` instance does: with two, each engine's
+loop thread keeps an OpenMP team, a dozen teams outnumber the cores, and every small
+matmul waits for its workers to wake (on the 2-core VM a steady K = 4 step of a90 took
+27 ms against 13 ms on one thread, and ran at half that for the first steps after the
+relay handed it back, evidence a learning policy takes for what its K costs).
 
 A round gives every engine, from empty, the round's own fresh workload (that of
 scripts/bench_continuous.py: prompts of 16-256 tokens, 60 % of rows 8-32 new tokens,
@@ -575,6 +580,13 @@ def main() -> None:
         "--slice", type=float, default=0.5, help="seconds an engine holds the relay at a time"
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (bfloat16 on a GPU)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads on the CPU (default 1, the served `cpu` config's); more puts one "
+        "OpenMP team per engine in this process, which no served instance runs beside",
+    )
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_lookahead.png"))
     parser.add_argument(
@@ -592,6 +604,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("specbatch").setLevel(logging.WARNING)
     torch.manual_seed(0)
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
 
     started = time.perf_counter()
     rows: list[dict] = []
