@@ -9,8 +9,9 @@ concurrencies and rounds as a server would. On the CPU every engine computes on 
 torch thread (``--threads``), as a served ``cpu`` instance does: with two, each engine's
 loop thread keeps an OpenMP team, a dozen teams outnumber the cores, and every small
 matmul waits for its workers to wake (on the 2-core VM a steady K = 4 step of a90 took
-27 ms against 13 ms on one thread, and ran at half that for the first steps after the
-relay handed it back, evidence a learning policy takes for what its K costs).
+27 ms against 15.5 ms on one thread, and 16-21 ms for the first three steps after the
+relay handed it back, evidence a learning policy takes for what its K costs:
+scripts/profile_relay_steps.py).
 
 A round gives every engine, from empty, the round's own fresh workload (that of
 scripts/bench_continuous.py: prompts of 16-256 tokens, 60 % of rows 8-32 new tokens,
