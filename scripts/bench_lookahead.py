@@ -242,7 +242,7 @@ class ChoiceLog:
 
         def logged(step: StepOutcome) -> None:
             if self.rounds and step.batch.alphas:
-                tokens, seconds = policy.predict(step.batch, step.lookahead)
+                tokens, seconds = policy.predict_step(step)
                 self.rounds[-1]["steps"].append(
                     {
                         "k": step.lookahead,

@@ -523,6 +523,7 @@ class Engine:
         # outcome must not move the acceptance it is predicted from
         judged, beside = (spec_rows, plain_target) if spec_rows else (plain_target, [])
         shape = self._batch_shape(judged) if judged else None
+        beside_shape = self._batch_shape(beside) if beside else None
         self.runner.clock.drain()  # this iteration's prefill is not the step's cost
         if spec_rows:
             started = time.perf_counter()
@@ -535,7 +536,9 @@ class Engine:
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
             seconds += time.perf_counter() - started
         if shape is not None:
-            self._record_step(shape, judged, beside, k if spec_rows else 0, committed, counts, seconds)
+            self._record_step(
+                shape, beside_shape, judged, beside, k if spec_rows else 0, committed, counts, seconds
+            )
         if draft_only:
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
         self._tokens_per_row_step.update(len(t) for t in committed.values())
@@ -571,6 +574,7 @@ class Engine:
     def _record_step(
         self,
         shape: BatchShape,
+        beside_shape: BatchShape | None,
         rows: list[Row],
         beside: list[Row],
         k: int,
@@ -579,9 +583,9 @@ class Engine:
         seconds: float,
     ) -> None:
         """Tell the policy what choosing K delivered (K = 0: a plain step of ``rows``),
-        ``shape`` being ``rows`` as they stood before the step. With K > 0, ``rows``
-        speculated and ``beside`` (a lagging draft, a target-only request) ran a plain
-        pass of their own: a pass plain decoding would not run, so its seconds are the
+        ``shape`` and ``beside_shape`` being ``rows`` and ``beside`` as they stood
+        before the step. With K > 0, ``rows`` speculated and ``beside`` (a lagging
+        draft, a target-only request) ran a plain pass of their own: its seconds are the
         step's, and so are the token each of those rows committed; ``accepted`` has one
         count per speculative row."""
         self.lookahead.record(
@@ -592,7 +596,7 @@ class Engine:
                 accepted=sum(accepted),
                 committed=sum(len(committed[r]) for r in rows + beside),
                 seconds=seconds,
-                plain_beside=len(beside),
+                beside=beside_shape,
             )
         )
 

@@ -91,9 +91,10 @@ class BatchShape:
 class StepOutcome:
     """What one decode step delivered for the rows that ran it with K = ``lookahead``
     (0: a plain step): the batch they formed, the draft tokens proposed and accepted,
-    the tokens committed and the seconds the step's passes took. ``plain_beside`` rows
-    (a lagging draft, a target-only request) ran a plain pass beside the speculative
-    ones, one token each, counted in ``committed`` and their pass in ``seconds``."""
+    the tokens committed and the seconds the step's passes took. The ``beside`` rows
+    (a lagging draft, a target-only request), as they stood before the step, ran a
+    plain pass beside the speculative ones, one token each, counted in ``committed``
+    and their pass in ``seconds``."""
 
     lookahead: int
     batch: BatchShape
@@ -101,7 +102,12 @@ class StepOutcome:
     accepted: int
     committed: int
     seconds: float
-    plain_beside: int = 0
+    beside: BatchShape | None = None
+
+    @property
+    def plain_beside(self) -> int:
+        """How many rows ran the plain pass beside the speculative ones."""
+        return len(self.beside.alphas) if self.beside is not None else 0
 
 
 def _after_a_plain_step(batch: BatchShape) -> tuple[int, ...]:
@@ -214,6 +220,15 @@ class GoodputLookahead:
         step = lookahead * draft_pass + verify_pass + overhead
         return committed, step + self.switch_seconds(batch, lookahead)
 
+    def predict_step(self, step: StepOutcome) -> tuple[float, float]:
+        """Predicted (committed tokens, seconds) of what ``step`` ran: its rows at its K
+        and, beside them, a plain pass of the rest (one token each)."""
+        tokens, seconds = self.predict(step.batch, step.lookahead)
+        if step.beside is None or not step.beside.alphas:
+            return tokens, seconds
+        beside_tokens, beside_seconds = self.predict(step.beside, 0)
+        return tokens + beside_tokens, seconds + beside_seconds
+
     def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
         """The draft catch-up that speculating with K = ``lookahead`` needs first, per
         step: one prefill of every lagging draft, each row's share (by tokens fed)
@@ -288,16 +303,17 @@ class GoodputLookahead:
 
     def record(self, step: StepOutcome) -> None:
         """Compare what the step delivered with what was predicted for it: its
-        speculative rows at its K and one token from each row beside them. The pass
-        those rows ran is left to the correction: it is what speculating costs where
-        rows keep joining (their drafts lag until caught up) or ask for plain decoding."""
+        speculative rows at its K and the plain pass of the rows beside them. Both are
+        predicted, so the correction of K holds only what K itself cost more or less
+        than predicted; a plain pass beside a few caught-up rows (just after switching
+        speculation on) would otherwise read as a K costing many times its prediction
+        and lock every K out of that batch size."""
         if not step.batch.alphas:
             return
-        tokens, seconds = self.predict(step.batch, step.lookahead)
         self.realised.record(
             len(step.batch.alphas) + step.plain_beside,
             step.lookahead,
-            (tokens + step.plain_beside, seconds),
+            self.predict_step(step),
             (step.committed, step.seconds),
         )
 

@@ -1,6 +1,6 @@
 """bench_lookahead's --log-choices: every step goodput records, with its own prediction
-of that step and when it was recorded, lands in the round it ran in, and still reaches
-the policy."""
+of that step (the plain pass beside it included) and when it was recorded, lands in the
+round it ran in, and still reaches the policy."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction()
     log.start("a70", 2, -1)
     policy.record(StepOutcome(0, batch, 0, 0, 2, 0.02))
     log.start("a70", 2, 0)
-    policy.record(StepOutcome(2, batch, 4, 3, 5, 0.04, plain_beside=1))
+    lagging = BatchShape(alphas=[0.7], remaining=[50], span=40, lags=[40])
+    policy.record(StepOutcome(2, batch, 4, 3, 5, 0.04, beside=lagging))
 
     assert [(r["pair"], r["concurrency"], r["round"]) for r in log.rounds] == [("a70", 2, -1), ("a70", 2, 0)]
     [plain] = log.rounds[0]["steps"]
@@ -55,6 +56,8 @@ def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction()
         [5, 0.04],
         1.25,
     )
-    assert speculative["predicted"] == list(policy.predict(batch, 2))
+    step_prediction = policy.predict(batch, 2)
+    beside_prediction = policy.predict(lagging, 0)
+    assert speculative["predicted"] == [step_prediction[0] + 1, step_prediction[1] + beside_prediction[1]]
     # the policy learnt from all three steps: its corrections moved off the prior
     assert policy.realised.corrections(2, [0, 2]) != [(1.0, 1.0), (1.0, 1.0)]

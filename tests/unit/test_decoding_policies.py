@@ -432,21 +432,44 @@ def test_shapes_pad_to_buckets_only_when_static() -> None:
 def test_rows_that_ran_beside_a_speculative_step_do_not_count_as_its_lost_tokens() -> None:
     # Just after speculation is switched on most drafts lag: those rows run a plain pass
     # beside the speculative one and commit one token each. A step that delivered exactly
-    # what was predicted for what ran must leave the K's token correction at 1, not read
-    # as a K delivering a third of its tokens.
+    # what was predicted for what ran (its K over the caught-up row, a plain pass of the
+    # rest) must leave the K's corrections at 1, not read as a K delivering a third of
+    # its tokens or costing its seconds plus the plain pass's.
     policy = GoodputLookahead(
         _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
     )
     speculating = BatchShape(alphas=[0.9], remaining=[100], span=100)
+    lagging = BatchShape(alphas=[0.9] * 3, remaining=[100] * 3, span=100, lags=[100] * 3)
     for _ in range(20):
-        tokens, seconds = policy.predict(speculating, 4)
-        policy.record(StepOutcome(4, speculating, 4, 3, round(tokens) + 3, seconds, plain_beside=3))
-        assert policy.realised.corrections(4, [4])[0][0] == pytest.approx(
-            (round(tokens) + 3) / (tokens + 3), rel=0.05
-        )
+        step = StepOutcome(4, speculating, 4, 3, 0, 0.0, beside=lagging)
+        tokens, seconds = policy.predict_step(step)
+        assert seconds > policy.predict(speculating, 4)[1] + policy.predict(lagging, 0)[1] * 0.99
+        policy.record(StepOutcome(4, speculating, 4, 3, round(tokens), seconds, beside=lagging))
+        assert policy.realised.corrections(4, [4])[0][0] == pytest.approx(round(tokens) / tokens, rel=0.05)
     [(token_factor, time_factor)] = policy.realised.corrections(4, [4])
     assert token_factor > 0.95
     assert time_factor == pytest.approx(1.0)
+
+
+def test_a_plain_pass_beside_a_few_caught_up_rows_does_not_lock_speculation_out() -> None:
+    # Switching speculation on at 32 rows catches one chunk of drafts up; the rest run a
+    # plain pass beside the two caught up. Steps like that, costing what was predicted
+    # for all they ran, must leave the K's time correction at 1 and K > 0 chosen for the
+    # caught-up batch, where it pays (about 1.5x plain decoding here). Read as the K's
+    # own seconds, that plain pass made K cost 1.8x its prediction and chose K = 0.
+    policy = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.002), _costs(per_token=1e-6, fixed=0.0002))
+    )
+    caught_up = BatchShape(alphas=[0.7] * 32, remaining=[1000] * 32, span=100)
+    k = policy.choose(caught_up)
+    assert k > 0 and policy.goodput(caught_up, k) > 1.4 * policy.goodput(caught_up, 0)
+    two = BatchShape(alphas=[0.7] * 2, remaining=[1000] * 2, span=100)
+    thirty = BatchShape(alphas=[0.7] * 30, remaining=[1000] * 30, span=100, lags=[200] * 30)
+    for _ in range(3):
+        tokens, seconds = policy.predict_step(StepOutcome(k, two, 2 * k, 2 * k, 0, 0.0, beside=thirty))
+        policy.record(StepOutcome(k, two, 2 * k, 2 * k, round(tokens), seconds, beside=thirty))
+    assert policy.realised.corrections(32, [k])[0][1] == pytest.approx(1.0)
+    assert policy.choose(caught_up) > 0
 
 
 def test_a_probe_of_speculation_pays_the_whole_catch_up_so_long_plain_decoding_is_probed_less() -> None:
