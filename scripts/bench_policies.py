@@ -18,7 +18,7 @@ same arrival times) over one gRPC stream:
                        refusing a request only for its own SLA (not for a queued
                        prompt's it would break), starting prompts past b_SLA's rows
                        beside running rows with slack to spare, without b_mem, without
-                       deadline shedding, one bin
+                       deadline shedding, one bin, length-affine placement
 
 Workloads: `infobench` (infobench prompts, 60 % asking 8-32 tokens, the rest 96-192),
 `mixed` (the router's default graph/mmlu/infobench mix, sent through the ensemble as
@@ -131,6 +131,11 @@ ABLATIONS = (
     Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
     Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),
     Setup("one_bin", "(a) without bins (num_bins 1)", {"env": {"SPECBATCH_NUM_BINS": "1"}}),
+    Setup(
+        "length_affine",
+        "(a) length-affine placement",
+        {"env": {"SPECBATCH_PLACEMENT": "length_affine"}},
+    ),
 )
 SETUPS = PEERS + ABLATIONS
 LOADS = (0.8, 1.0, 1.2)

@@ -44,7 +44,11 @@ admission decisions, taken per instance whenever it reports its state:
   within ``prefix_affinity_rows`` rows of the least loaded, one the prompt's prefix was
   sent to goes first (its KV blocks are likely still cached there; of several, the one
   it went to last), so the turns of a conversation and the requests sharing a system
-  prompt skip their prefill. A busier holder does not: load decides.
+  prompt skip their prefill. A busier holder does not: load decides. With
+  ``placement="length_affine"`` (least slack only) an instance starts only prompts of
+  its own range of predicted lengths, unless the prompt's home instance cannot start
+  it now (:mod:`specbatch.scheduling.placement`): long rows stop slowing the steps of
+  short ones and holding their rows.
 - **when to say no**: the queue holds about ``queue_seconds`` of the instances'
   estimated capacity, counted in what prompts cost them (decoding shared by the rows
   they may run, prefill by the whole instance; see ``queue_bound``), never more than
@@ -92,6 +96,7 @@ from specbatch.scheduling.bins import BinBoundaries
 from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
 from specbatch.scheduling.errors import DuplicateRequestError, PolicyConfigError, UnknownWorkerError
 from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.placement import PLACEMENTS, LengthAffinity
 from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
 
@@ -146,12 +151,17 @@ class AdmissionConfig:
     keep_promises: bool = True
     # past b_SLA's rows, start a prompt whose whole service fits in the running rows' slack
     start_beside: bool = False
+    # which instance starts a prompt: the least loaded, or (least slack only) its predicted
+    # length's home instance unless that one cannot start it now
+    placement: str = "least_loaded"
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
             raise PolicyConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
         if self.b_sla_pace not in PACES:
             raise PolicyConfigError(f"b_sla_pace must be one of {PACES}, got {self.b_sla_pace!r}")
+        if self.placement not in PLACEMENTS:
+            raise PolicyConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if self.num_bins < 1 or self.queue_limit < 1 or self.max_rows < 1:
             raise PolicyConfigError("num_bins, queue_limit and max_rows must be at least 1")
         for name in ("ttft_sla_s", "tpot_sla_s", "starvation_s", "prefill_tokens_per_s", "flush_s"):
@@ -218,6 +228,7 @@ class AdmissionPolicy:
         self._queued: dict[Hashable, tuple[int, QueuedRequest]] = {}
         self._instances: dict[str, _Instance] = {}
         self._prefix_holders = PrefixHolders()
+        self._affinity = LengthAffinity()
         self._prediction_error = RunningStats()
         self._predicted = RunningStats()
         self._inputs = RunningStats()
@@ -258,6 +269,7 @@ class AdmissionPolicy:
             )
         for request in requests:
             self._bins.observe(request.predicted_tokens)
+            self._affinity.observe(request.predicted_tokens)
             self._predicted.add(request.predicted_tokens)
             self._inputs.add(request.input_tokens)
             self._queued[request.request_id] = (self._bins.assign(request.predicted_tokens), request)
@@ -519,6 +531,8 @@ class AdmissionPolicy:
                 self._start(name, instance, request, now_s, 0.0)
             return chosen
         candidates = self._ordered(now_s)
+        if self._length_affine:
+            candidates = [request for request in candidates if self._belongs_on(name, request)]
         chosen = self._fitting(instance, candidates, room) if room > 0 else []
         for request in chosen:
             self._start(name, instance, request, now_s, 0.0)
@@ -574,6 +588,22 @@ class AdmissionPolicy:
             budget_s = min(budget_s - cost_s, own_slack_s)
             picked.append((request, cost_s))
         return picked
+
+    @property
+    def _length_affine(self) -> bool:
+        return self.config.placement == "length_affine" and self.config.order == "least_slack"
+
+    def _belongs_on(self, name: str, request: QueuedRequest) -> bool:
+        """Length-affine placement: whether instance ``name`` may start ``request`` now:
+        it is the prompt's home, the prompt has none yet, or its home cannot start it
+        now (no row allowed, or not the memory), so it spills over."""
+        home = self._affinity.home(request.predicted_tokens, list(self._instances))
+        if home is None or home == name:
+            return True
+        instance = self._instances[home]
+        if self._row_cap(instance) <= instance.rows:
+            return True
+        return self._need(request) + self._margin(instance.rows + 1) > self._headroom(instance)
 
     @property
     def _starts_beside(self) -> bool:

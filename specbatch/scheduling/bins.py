@@ -33,6 +33,33 @@ def equal_mass_cuts(values: Sequence[float], num_bins: int) -> list[float]:
     return [ordered[min(n - 1, (i * n) // num_bins)] for i in range(1, num_bins)]
 
 
+def equal_work_cuts(values: Sequence[float], parts: int) -> list[float]:
+    """Interior cut points splitting ``values`` into ``parts`` ranges of about equal
+    summed value: with predicted lengths, each range holds about the same share of
+    decoding work (equal counts would put nearly all of it in the top range of a
+    heavy-tailed mix). A cut is the lowest value of the range above it (a value actually
+    seen), chosen so that the values below it sum nearest to its share; equal values
+    stay in one range, so where a few long prompts share one prediction they form the
+    top range alone."""
+    if not values:
+        raise ValueError("equal-work boundaries need at least one observed prediction")
+    ordered = sorted(values)
+    total = sum(ordered)
+    distinct: list[float] = []
+    below: list[float] = []  # per distinct value: the sum of the values less than it
+    running = 0.0
+    for value in ordered:
+        if not distinct or value != distinct[-1]:
+            distinct.append(value)
+            below.append(running)
+        running += value
+    cuts = []
+    for part in range(1, parts):
+        share = total * part / parts
+        cuts.append(distinct[min(range(len(distinct)), key=lambda j: abs(below[j] - share))])
+    return cuts
+
+
 class BinBoundaries:
     """Maps a predicted length to a bin index; equal-mass edges follow recent predictions.
 

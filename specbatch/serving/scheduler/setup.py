@@ -54,7 +54,9 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     wherever one row runs; `allowance`: the allowance always, Algorithm 2 as written). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
     prompt that can still make its SLA past it; with `start_beside` (off), a prompt whose
-    whole service fits in the running rows' slack starts beside them past b_SLA's rows."""
+    whole service fits in the running rows' slack starts beside them past b_SLA's rows.
+    `placement`: `least_loaded`, or `length_affine` (each instance starts the prompts of
+    its own range of predicted lengths, spilling over when their home cannot)."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
@@ -75,6 +77,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             b_sla_pace=settings.raw("b_sla_pace", "allowance_in_reach"),
             keep_promises=settings.switch("keep_promises", True),
             start_beside=settings.switch("start_beside", False),
+            placement=settings.raw("placement", "least_loaded"),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
