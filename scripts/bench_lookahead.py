@@ -75,6 +75,8 @@ FIXED = tuple(f"fixed_{k}" for k in range(1, MAX_LOOKAHEAD + 1))
 # running plain can do no better than it)
 PLAIN_CONTROL = "fixed_0"
 POLICIES = ("target_only", PLAIN_CONTROL, *FIXED, "adaptive_rule", "goodput")
+# what goodput is judged against: every fixed K and the rule unless --compare names fewer
+COMPARED = (*FIXED, "adaptive_rule")
 LEARNING = ("adaptive_rule", "goodput")  # the policies whose choice depends on what they have seen
 # name: (shapes, acceptance, time scale). The 12-layer pair's passes cost about three
 # times the tiny pair's on a 2-core CPU, so its slices last twice as long.
@@ -266,7 +268,7 @@ def _mean_k(steps: dict[int, int]) -> float:
 def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
     engines = {
         policy: warmed_engine(pair, policy, make_workload(pair, 4, seed=11, prompt_range=PROMPT_RANGE))
-        for policy in tqdm(POLICIES, desc=f"{name} warm-up", leave=False)
+        for policy in tqdm(_run_policies(args.compare), desc=f"{name} warm-up", leave=False)
     }
     if args.choice_log is not None:
         args.choice_log.attach(engines["goodput"].lookahead)
@@ -379,6 +381,17 @@ def _rates(rows: list[dict], pair: str, concurrency: int, policy: str) -> list[f
     return [r["tokens_per_s"] for r in sorted(chosen, key=lambda r: r["round"])]
 
 
+def _run_policies(compared: tuple[str, ...]) -> tuple[str, ...]:
+    """Target-only, the plain control and goodput, and the ``compared`` settings beside them."""
+    return tuple(p for p in POLICIES if p in ("target_only", PLAIN_CONTROL, "goodput") or p in compared)
+
+
+def _compared_in(rows: list[dict]) -> tuple[str, ...]:
+    """The fixed Ks and rule that ran: goodput's competitors in these rows."""
+    ran = {r["policy"] for r in rows}
+    return tuple(p for p in COMPARED if p in ran)
+
+
 def _held_out_best(rows: list[dict], pair: str, concurrency: int, left_out: int) -> str:
     """The fixed K or rule with the highest median over every round but ``left_out``:
     the setting a user who measured those rounds would deploy."""
@@ -387,7 +400,7 @@ def _held_out_best(rows: list[dict], pair: str, concurrency: int, left_out: int)
         rates = _rates(rows, pair, concurrency, policy)
         return statistics.median(rate for i, rate in enumerate(rates) if i != left_out)
 
-    return max((*FIXED, "adaptive_rule"), key=median_kept)
+    return max(_compared_in(rows), key=median_kept)
 
 
 def cell_summary(rows: list[dict], pair: str, concurrency: int) -> dict:
@@ -400,8 +413,9 @@ def cell_summary(rows: list[dict], pair: str, concurrency: int) -> dict:
     gives the leave-one-round-out ratio: in each round, goodput against the setting
     that measured best in the other rounds (what a user deploying the best measured
     fixed K gets), and that setting's own ratio to the in-sample best."""
-    medians = {p: statistics.median(_rates(rows, pair, concurrency, p)) for p in POLICIES}
-    best_other = max((*FIXED, "adaptive_rule"), key=medians.__getitem__)
+    ran = _run_policies(_compared_in(rows))
+    medians = {p: statistics.median(_rates(rows, pair, concurrency, p)) for p in ran}
+    best_other = max(_compared_in(rows), key=medians.__getitem__)
     goodput = _rates(rows, pair, concurrency, "goodput")
 
     def ratio(policy: str, of: str = "goodput") -> float:
@@ -421,7 +435,7 @@ def cell_summary(rows: list[dict], pair: str, concurrency: int) -> dict:
         "pair": pair,
         "concurrency": concurrency,
         "medians": medians,
-        "spreads": {p: (min(v), max(v)) for p in POLICIES for v in [_rates(rows, pair, concurrency, p)]},
+        "spreads": {p: (min(v), max(v)) for p in ran for v in [_rates(rows, pair, concurrency, p)]},
         "best_other": best_other,
         "goodput_vs_target_only": ratio("target_only"),
         "control_vs_target_only": ratio("target_only", of=PLAIN_CONTROL),
@@ -461,13 +475,14 @@ def table(cells: list[dict]) -> str:
 
 def policy_table(cells: list[dict]) -> str:
     """Every policy's median tokens/s over target-only's."""
-    lines = ["| pair | c | " + " | ".join(p.replace("fixed_", "K=") for p in POLICIES[1:]) + " |"]
-    lines.append("|---|---|" + "---|" * (len(POLICIES) - 1))
+    ran = [p for p in POLICIES[1:] if p in cells[0]["medians"]]
+    lines = ["| pair | c | " + " | ".join(p.replace("fixed_", "K=") for p in ran) + " |"]
+    lines.append("|---|---|" + "---|" * len(ran))
     for c in cells:
         base = c["medians"]["target_only"]
         lines.append(
             f"| {c['pair']} | {c['concurrency']} | "
-            + " | ".join(f"{c['medians'][p] / base:.2f}" for p in POLICIES[1:])
+            + " | ".join(f"{c['medians'][p] / base:.2f}" for p in ran)
             + " |"
         )
     return "\n".join(lines)
@@ -514,16 +529,17 @@ def plot(cells: list[dict], path: Path) -> None:
     for ax, pair in zip(axes[0], pairs, strict=True):
         mine = [c for c in cells if c["pair"] == pair]
         xs = [c["concurrency"] for c in mine]
-        for policy in FIXED:
+        for policy in (p for p in FIXED if p in mine[0]["medians"]):
             ax.plot(
                 xs, [c["medians"][policy] / c["medians"]["target_only"] for c in mine], color="0.8", lw=0.8
             )
-        ax.plot(
-            xs,
-            [c["medians"]["adaptive_rule"] / c["medians"]["target_only"] for c in mine],
-            "x--",
-            label="rule",
-        )
+        if "adaptive_rule" in mine[0]["medians"]:
+            ax.plot(
+                xs,
+                [c["medians"]["adaptive_rule"] / c["medians"]["target_only"] for c in mine],
+                "x--",
+                label="rule",
+            )
         ax.plot(
             xs,
             [c["medians"][c["best_other"]] / c["medians"]["target_only"] for c in mine],
@@ -580,6 +596,14 @@ def main() -> None:
     parser.add_argument(
         "--slice", type=float, default=0.5, help="seconds an engine holds the relay at a time"
     )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        choices=COMPARED,
+        default=COMPARED,
+        help="the fixed Ks and rule goodput is judged against (default all): fewer engines per "
+        "round leave time for longer windows and more rounds in a head-to-head on a few cells",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (bfloat16 on a GPU)")
     parser.add_argument(
         "--threads",
@@ -623,6 +647,8 @@ def main() -> None:
         f"windows in {args.slice:.2f} s slices (all twice as long on a90-12L), "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
+    if tuple(args.compare) != COMPARED:
+        print(f"goodput judged against {', '.join(args.compare)} only: 'best' is the best of these\n")
     print(table(cells))
     print()
     print(policy_table(cells))
