@@ -31,6 +31,8 @@ far apart two runs of the same work come out, the resolution every other ratio h
     python scripts/bench_lookahead.py --quick
     python scripts/bench_lookahead.py --out results/bench_lookahead.json   # about 90 min on 2 cores
     python scripts/bench_lookahead.py --pairs a70 --concurrency 1 --log-choices /tmp/steps.json
+    python scripts/bench_lookahead.py --pairs a70 --concurrency 32 --compare fixed_1 fixed_2 \
+        --rounds 5 --window 6   # a head-to-head: longer windows, fewer competitors
 
 Prints a markdown table and the targets, writes JSON rows and a PNG; ``--log-choices``
 also writes every step goodput was told of (its K, rows, predicted and realised tokens
