@@ -132,8 +132,12 @@ def main() -> None:
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=["target_only", "goodput"])
     parser.add_argument("--window", type=float, default=6.0, help="seconds measured per policy")
     parser.add_argument("--models", type=Path, default=Path(".models"))
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (default 1, as in bench_lookahead.py)"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
     pair = load_pair(args.pair, args.models)
     for policy in args.policies:
         print(profile(pair, policy, args.concurrency, args.window), flush=True)
