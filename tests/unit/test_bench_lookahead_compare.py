@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from bench_lookahead import cell_summary, policy_table
+from bench_lookahead import cell_summary, policy_table, verdicts
 
 RATES = {  # tokens/s over three rounds
     "target_only": (100.0, 110.0, 90.0),
@@ -43,3 +43,9 @@ def test_goodput_is_judged_against_the_settings_that_ran() -> None:
 def test_the_policy_table_has_a_column_per_setting_that_ran() -> None:
     header = policy_table([cell_summary(_rows(), "a90", 16)]).splitlines()[0]
     assert header == "| pair | c | K=0 | K=3 | K=5 | goodput |"
+
+
+def test_the_verdicts_name_what_best_was_taken_over() -> None:
+    lines = verdicts([cell_summary(_rows(), "a90", 16)], ("fixed_3", "fixed_5"))
+    assert lines[1].startswith("goodput >= 0.97x the best of fixed_3, fixed_5 everywhere: worst ")
+    assert "fixed K or rule" not in "\n".join(lines)
