@@ -286,6 +286,12 @@ def measure_pair(name: str, pair: ModelPair, args) -> list[dict]:
         gc.unfreeze()
 
 
+def running_in(engines: dict[str, Engine], round_index: int) -> dict[str, Engine]:
+    """The engines a round runs: all of them, or in the untimed round (-1) the learners
+    among them (``--compare`` may leave the rule out)."""
+    return engines if round_index >= 0 else {p: e for p, e in engines.items() if p in LEARNING}
+
+
 def _measure_concurrencies(name: str, engines: dict[str, Engine], args) -> list[dict]:
     relay = Relay()
     for policy, engine in engines.items():
@@ -298,7 +304,7 @@ def _measure_concurrencies(name: str, engines: dict[str, Engine], args) -> list[
         for round_index in tqdm(range(-1, args.rounds), desc=f"{name} c={concurrency}", leave=False):
             if args.choice_log is not None:
                 args.choice_log.start(name, concurrency, round_index)
-            running = engines if round_index >= 0 else {p: engines[p] for p in LEARNING}
+            running = running_in(engines, round_index)
             found = relay_round(relay, running, name, concurrency, round_index, warm, window, args)
             rows.extend(found if round_index >= 0 else [])
     return rows

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from bench_lookahead import cell_summary, policy_table, verdicts
+from bench_lookahead import cell_summary, policy_table, running_in, verdicts
 
 RATES = {  # tokens/s over three rounds
     "target_only": (100.0, 110.0, 90.0),
@@ -49,3 +49,9 @@ def test_the_verdicts_name_what_best_was_taken_over() -> None:
     lines = verdicts([cell_summary(_rows(), "a90", 16)], ("fixed_3", "fixed_5"))
     assert lines[1].startswith("goodput >= 0.97x the best of fixed_3, fixed_5 everywhere: worst ")
     assert "fixed K or rule" not in "\n".join(lines)
+
+
+def test_the_untimed_round_runs_the_learners_that_ran() -> None:
+    engines = {policy: object() for policy in ("target_only", "fixed_0", "fixed_4", "goodput")}
+    assert list(running_in(engines, -1)) == ["goodput"]
+    assert running_in(engines, 0) == engines
