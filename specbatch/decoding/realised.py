@@ -12,7 +12,8 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
 - K = 0 is always an arm; its token count is exact (one per row), so only its time
   is corrected.
 - Tokens are judged across the speculative arms, never one K alone: every K > 0 takes
-  the ratio on the line in K through all their evidence. Acceptance is a property of
+  the ratio on the line in K through all their evidence (past the Ks tried lately, the
+  more hopeful of the line and the nearest tried K's ratio). Acceptance is a property of
   the draft per token, which every K measures (the line keeps what a longer draft
   loses further out); one step's tokens, a run of 1 to K + 1, vary by half their mean
   at α = 0.9, so a K judged by its own few steps is locked out by one unlucky probe.
@@ -109,10 +110,10 @@ class _Bucket:
         lines are fitted once for all the Ks asked of (the choice asks of nine a step)."""
         speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
         tokens = _speculative_line(
-            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
+            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative], hopeful=max
         )
         seconds = _speculative_line(
-            [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
+            [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative], hopeful=min
         )
         found = []
         for k in ks:
@@ -124,15 +125,32 @@ class _Bucket:
         return found
 
 
-def _speculative_line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:
+def _speculative_line(
+    points: list[tuple[int, float, float]], hopeful: Callable[[float, float], float]
+) -> Callable[[int], float]:
     """What the speculative arms tried so far say of each K: their (K, steps, ratio)
     on a line in K (an acceptance or a per-token cost mispredicted errs more the
-    longer K is), shrunk towards 1 by how much evidence there is."""
+    longer K is), shrunk towards 1 by how much evidence there is.
+
+    Past the Ks tried lately, the line is a guess: a slope measured between two neighbouring
+    Ks (partly noise) carried six Ks further would lock out every K on its losing side,
+    and a K never run is never corrected. So there a K takes the ``hopeful`` (max for
+    tokens, min for seconds) of the line and of the ratio at the nearest K tried:
+    optimism where nothing is known, and a trend that favours the untried Ks still
+    leads the policy to them."""
     if not points:
         return lambda k: 1.0
     weight = sum(w for _, w, _ in points)
     line = _line(points)
-    return lambda k: (weight * line(k) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
+    # tried lately: a step's worth of evidence left after discounting
+    lately = [j for j, w, _ in points if w >= 1.0] or [j for j, _, _ in points]
+    tried = min(lately), max(lately)
+
+    def ratio(k: int) -> float:
+        nearest = min(max(k, tried[0]), tried[1])
+        return line(k) if k == nearest else hopeful(line(k), line(nearest))
+
+    return lambda k: (weight * ratio(k) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
 
 
 def _line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:
