@@ -12,14 +12,15 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
 - K = 0 is always an arm; its token count is exact (one per row), so only its time
   is corrected.
 - Tokens are judged across the speculative arms, never one K alone: every K > 0 takes
-  the ratio on the line in K through all their evidence (past the Ks tried lately, the
-  more hopeful of the line and the nearest tried K's ratio). Acceptance is a property of
+  the ratio on the line in K through all their evidence. Acceptance is a property of
   the draft per token, which every K measures (the line keeps what a longer draft
   loses further out); one step's tokens, a run of 1 to K + 1, vary by half their mean
   at α = 0.9, so a K judged by its own few steps is locked out by one unlucky probe.
 - Seconds are judged per arm, since padding and pass shapes differ by K; an arm that
   has run little borrows the line through the other speculative arms' ratios, so when
-  speculation costs more than predicted every K > 0 learns it from the first Ks tried.
+  speculation costs more than predicted every K > 0 learns it from the first Ks tried;
+  past the Ks tried lately it borrows the lower of the line and the nearest tried K's
+  ratio, so a tilt measured between two neighbouring Ks does not lock out the rest.
 - Evidence is discounted (recent steps weigh most), so a changed cost or acceptance
   is learnt again: a plain step ages the plain arm, a speculative step every
   speculative arm (near-tied Ks taking turns must forget a changed cost as fast as one
@@ -110,7 +111,7 @@ class _Bucket:
         lines are fitted once for all the Ks asked of (the choice asks of nine a step)."""
         speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
         tokens = _speculative_line(
-            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative], hopeful=max
+            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
         )
         seconds = _speculative_line(
             [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative], hopeful=min
@@ -126,18 +127,22 @@ class _Bucket:
 
 
 def _speculative_line(
-    points: list[tuple[int, float, float]], hopeful: Callable[[float, float], float]
+    points: list[tuple[int, float, float]], hopeful: Callable[[float, float], float] | None = None
 ) -> Callable[[int], float]:
     """What the speculative arms tried so far say of each K: their (K, steps, ratio)
     on a line in K (an acceptance or a per-token cost mispredicted errs more the
     longer K is), shrunk towards 1 by how much evidence there is.
 
-    Past the Ks tried lately, the line is a guess: a slope measured between two neighbouring
-    Ks (partly noise) carried six Ks further would lock out every K on its losing side,
-    and a K never run is never corrected. So there a K takes the ``hopeful`` (max for
-    tokens, min for seconds) of the line and of the ratio at the nearest K tried:
-    optimism where nothing is known, and a trend that favours the untried Ks still
-    leads the policy to them."""
+    With ``hopeful`` (``min`` for seconds), a K past the Ks tried lately takes the
+    hopeful of the line and of the ratio at the nearest K tried. A slope in seconds
+    measured between two neighbouring Ks (padding, a shape's cache behaviour, a slow
+    spell of the machine) carried six Ks further locked out every K on its losing side
+    (a90 at 16-31 rows: K = 3 corrected to 0.81x its predicted goodput through K = 1
+    and 2's tilt, where fixed K = 3's steps ran 0.87x), and a K never run is never
+    corrected; a trend that favours the untried Ks still leads the policy to them.
+    Tokens keep the line: a row's acceptance overestimated errs more the longer K is, a
+    trend that is no noise, and optimism there had the policy speculate where no K pays
+    (a50 at four rows)."""
     if not points:
         return lambda k: 1.0
     weight = sum(w for _, w, _ in points)
@@ -148,7 +153,7 @@ def _speculative_line(
 
     def ratio(k: int) -> float:
         nearest = min(max(k, tried[0]), tried[1])
-        return line(k) if k == nearest else hopeful(line(k), line(nearest))
+        return line(k) if hopeful is None or k == nearest else hopeful(line(k), line(nearest))
 
     return lambda k: (weight * ratio(k) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
 
