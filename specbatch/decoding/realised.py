@@ -18,9 +18,7 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
   at α = 0.9, so a K judged by its own few steps is locked out by one unlucky probe.
 - Seconds are judged per arm, since padding and pass shapes differ by K; an arm that
   has run little borrows the line through the other speculative arms' ratios, so when
-  speculation costs more than predicted every K > 0 learns it from the first Ks tried;
-  past the Ks tried lately it borrows the lower of the line and the nearest tried K's
-  ratio, so a tilt measured between two neighbouring Ks does not lock out the rest.
+  speculation costs more than predicted every K > 0 learns it from the first Ks tried.
 - Evidence is discounted (recent steps weigh most), so a changed cost or acceptance
   is learnt again: a plain step ages the plain arm, a speculative step every
   speculative arm (near-tied Ks taking turns must forget a changed cost as fast as one
@@ -114,7 +112,7 @@ class _Bucket:
             [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
         )
         seconds = _speculative_line(
-            [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative], hopeful=min
+            [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
         )
         found = []
         for k in ks:
@@ -126,36 +124,15 @@ class _Bucket:
         return found
 
 
-def _speculative_line(
-    points: list[tuple[int, float, float]], hopeful: Callable[[float, float], float] | None = None
-) -> Callable[[int], float]:
+def _speculative_line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:
     """What the speculative arms tried so far say of each K: their (K, steps, ratio)
     on a line in K (an acceptance or a per-token cost mispredicted errs more the
-    longer K is), shrunk towards 1 by how much evidence there is.
-
-    With ``hopeful`` (``min`` for seconds), a K past the Ks tried lately takes the
-    hopeful of the line and of the ratio at the nearest K tried. A slope in seconds
-    measured between two neighbouring Ks (padding, a shape's cache behaviour, a slow
-    spell of the machine) carried six Ks further locked out every K on its losing side
-    (a90 at 16-31 rows: K = 3 corrected to 0.81x its predicted goodput through K = 1
-    and 2's tilt, where fixed K = 3's steps ran 0.87x), and a K never run is never
-    corrected; a trend that favours the untried Ks still leads the policy to them.
-    Tokens keep the line: a row's acceptance overestimated errs more the longer K is, a
-    trend that is no noise, and optimism there had the policy speculate where no K pays
-    (a50 at four rows)."""
+    longer K is), shrunk towards 1 by how much evidence there is."""
     if not points:
         return lambda k: 1.0
     weight = sum(w for _, w, _ in points)
     line = _line(points)
-    # tried lately: a step's worth of evidence left after discounting
-    lately = [j for j, w, _ in points if w >= 1.0] or [j for j, _, _ in points]
-    tried = min(lately), max(lately)
-
-    def ratio(k: int) -> float:
-        nearest = min(max(k, tried[0]), tried[1])
-        return line(k) if hopeful is None or k == nearest else hopeful(line(k), line(nearest))
-
-    return lambda k: (weight * ratio(k) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
+    return lambda k: (weight * line(k) + PRIOR_STEPS) / (weight + PRIOR_STEPS)
 
 
 def _line(points: list[tuple[int, float, float]]) -> Callable[[int], float]:

@@ -25,7 +25,6 @@ from specbatch.decoding.lookahead import (
     expected_tokens,
     next_lookahead,
 )
-from specbatch.decoding.realised import RealisedGoodput
 
 
 @pytest.mark.parametrize(
@@ -498,33 +497,3 @@ def test_a_probe_of_speculation_pays_the_whole_catch_up_so_long_plain_decoding_i
     assert policy.switch_seconds(lagging, 4) < 0.01 * policy.catch_up_seconds(lagging)
     assert policy.choose(caught_up) > 0, "a close call with drafts caught up is probed"
     assert policy.choose(lagging) == 0
-
-
-def _record_ratios(realised: RealisedGoodput, ratios: dict[int, tuple[float, float]], steps: int) -> None:
-    """``steps`` steps of each K at 16 rows that delivered (tokens, seconds) ratios of
-    their predictions, turn by turn."""
-    for _ in range(steps):
-        for k, (tokens, seconds) in ratios.items():
-            realised.record(16, k, (10.0, 0.01), (10.0 * tokens, 0.01 * seconds))
-
-
-def test_a_tilt_in_seconds_between_the_ks_tried_does_not_lock_out_the_ks_past_them() -> None:
-    # K = 1 and 2 ran 1.10x and 1.16x their predicted seconds (noise, or a cost the model
-    # has wrong by a constant): carried on as a line, K = 6 would be priced at 1.35x and
-    # never run to be corrected. Past the Ks tried it takes the nearest tried K's ratio.
-    # Tokens keep the line: K = 2 delivering 0.95x of its predicted tokens (acceptance
-    # overestimated) says a longer K delivers less still.
-    realised = RealisedGoodput()
-    _record_ratios(realised, {1: (1.0, 1.10), 2: (0.95, 1.16)}, steps=50)
-    (tokens_2, seconds_2), (tokens_6, seconds_6) = realised.corrections(16, [2, 6])
-    assert seconds_6 <= seconds_2 < 1.2
-    assert tokens_6 < tokens_2 - 0.05
-
-
-def test_a_trend_that_favours_the_ks_past_those_tried_still_leads_to_them() -> None:
-    # long Ks ran ever dearer than predicted (a cost model that prices a verify's extra
-    # tokens too cheaply): the shorter Ks, not yet tried, keep the trend's hope
-    realised = RealisedGoodput()
-    _record_ratios(realised, {6: (1.0, 3.0), 7: (1.0, 3.5), 8: (1.0, 4.0)}, steps=50)
-    [(_, seconds_2), (_, seconds_6)] = realised.corrections(16, [2, 6])
-    assert seconds_2 < 0.9 * seconds_6
