@@ -36,7 +36,8 @@ far apart two runs of the same work come out, the resolution every other ratio h
 
 Prints a markdown table and the targets, writes JSON rows and a PNG; ``--log-choices``
 also writes every step goodput was told of (its K, rows, predicted and realised tokens
-and seconds), round by round.
+and seconds) and every choice it made (each K's corrected tokens and seconds, the drafts
+lagging and their catch-up), round by round.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from bench_gpu import machine
 from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
-from specbatch.decoding.lookahead import MAX_LOOKAHEAD, GoodputLookahead, StepOutcome
+from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, GoodputLookahead, StepOutcome
 from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_controlled_pair
 from specbatch.figures import save_figure
@@ -229,7 +230,13 @@ class ChoiceLog:
     against its realised tokens and seconds, and when it was recorded (seconds on
     ``clock`` since the log began). A wrong choice shows here as evidence the policy was
     given: a run of slow steps, a K that delivered less than predicted; the times show
-    whether slow runs begin where the relay handed the engine back after a pause."""
+    whether slow runs begin where the relay handed the engine back after a pause.
+
+    Every choice is logged too: its K, the rows, how many of their drafts lag, what
+    catching them all up is predicted to cost, and every K's corrected (tokens, seconds)
+    as the policy saw them, so a long plain spell shows what kept each K > 0 out. Pricing
+    the nine Ks again costs about what a choice does, inside goodput's relay slices: a
+    logged run is for explaining choices, its goodput figure is charged for the log."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.rounds: list[dict] = []
@@ -238,11 +245,29 @@ class ChoiceLog:
 
     def start(self, pair: str, concurrency: int, round_index: int) -> None:
         """Steps from now on belong to this round (-1: the learners' untimed round)."""
-        self.rounds.append({"pair": pair, "concurrency": concurrency, "round": round_index, "steps": []})
+        self.rounds.append(
+            {"pair": pair, "concurrency": concurrency, "round": round_index, "steps": [], "choices": []}
+        )
 
     def attach(self, policy: GoodputLookahead) -> None:
-        """Log every step ``policy`` records, with its own prediction of that step."""
-        record = policy.record
+        """Log every choice ``policy`` makes and every step it records, with its own
+        prediction of that step."""
+        record, choose = policy.record, policy.choose
+
+        def logged_choice(batch: BatchShape) -> int:
+            k = choose(batch)
+            if self.rounds and batch.alphas:
+                self.rounds[-1]["choices"].append(
+                    {
+                        "k": k,
+                        "rows": len(batch.alphas),
+                        "lagging": sum(1 for lag in batch.lags if lag > 0),
+                        "catch_up_s": policy.catch_up_seconds(batch),
+                        "corrected": [list(s) for s in policy.corrected(batch, range(MAX_LOOKAHEAD + 1))],
+                        "at": self._clock() - self._began,
+                    }
+                )
+            return k
 
         def logged(step: StepOutcome) -> None:
             if self.rounds and step.batch.alphas:
@@ -259,7 +284,7 @@ class ChoiceLog:
                 )
             record(step)
 
-        policy.record = logged
+        policy.record, policy.choose = logged, logged_choice
 
 
 def _mean_k(steps: dict[int, int]) -> float:
@@ -625,7 +650,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     parser.add_argument("--plot", type=Path, default=Path("docs/img/bench_lookahead.png"))
     parser.add_argument(
-        "--log-choices", type=Path, help="write every step goodput recorded, round by round, as JSON here"
+        "--log-choices",
+        type=Path,
+        help="write every choice goodput made (each K's corrected rate) and every step it recorded, "
+        "round by round, as JSON here; the log's pricing is charged to goodput's slices",
     )
     args = parser.parse_args()
     args.choice_log = ChoiceLog() if args.log_choices else None

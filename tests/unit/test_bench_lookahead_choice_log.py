@@ -61,3 +61,27 @@ def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction()
     assert speculative["predicted"] == [step_prediction[0] + 1, step_prediction[1] + beside_prediction[1]]
     # the policy learnt from all three steps: its corrections moved off the prior
     assert policy.realised.corrections(2, [0, 2]) != [(1.0, 1.0), (1.0, 1.0)]
+
+
+def test_each_choice_is_logged_with_every_ks_corrected_prediction():
+    passes = _costs(1e-4, 0.01)
+    policy = GoodputLookahead(
+        {"target": passes, "draft": passes, "step_speculative": _costs(0, 0), "step_plain": _costs(0, 0)}
+    )
+    ticks = iter([10.0, 12.0])
+    log = ChoiceLog(clock=lambda: next(ticks))
+    log.attach(policy)
+    lagging = BatchShape(alphas=[0.9, 0.9], remaining=[40, 60], span=50, lags=[30, 0])
+    log.start("a90", 32, 1)
+    k = policy.choose(lagging)
+    [choice] = log.rounds[0]["choices"]
+    assert choice == {
+        "k": k,
+        "rows": 2,
+        "lagging": 1,
+        "catch_up_s": policy.catch_up_seconds(lagging),
+        "corrected": [list(step) for step in policy.corrected(lagging, range(9))],
+        "at": 2.0,
+    }
+    assert choice["catch_up_s"] > 0 and len(choice["corrected"]) == 9
+    assert policy.k == k, "the logged choice is the policy's own"
