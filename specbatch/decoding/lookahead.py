@@ -248,13 +248,17 @@ class GoodputLookahead:
         )
 
     def catch_up_seconds(self, batch: BatchShape) -> float:
-        """One draft prefill of every lagging row (the fitted draft cost model): what
-        switching speculation on costs in full, before any step repays it."""
+        """A draft prefill of every lagging row's missing tokens (the fitted draft cost
+        model): what switching speculation on costs in full, before any step repays it.
+        The engine feeds lags in budget-sized chunks, row after row, so a pass pads
+        little: priced as the tokens missing, not every row padded to the longest lag,
+        which with prompts of 16-256 tokens lagging priced 30 rows' catch-up at 2-3x
+        the 0.118 ms a token fed that it measured (a90, 30-32 rows)."""
         lags = [lag for lag in batch.lags if lag > 0]
         if not lags:
             return 0.0
-        padded = len(lags) * max(lags)
-        return self.draft_costs.predict(padded, len(lags) * batch.span, padded * batch.span)
+        fed = sum(lags)
+        return self.draft_costs.predict(fed, len(lags) * batch.span, fed * batch.span)
 
     def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
         """(committed tokens, seconds) of one step with each K of ``lookaheads``: the

@@ -497,3 +497,12 @@ def test_a_probe_of_speculation_pays_the_whole_catch_up_so_long_plain_decoding_i
     assert policy.switch_seconds(lagging, 4) < 0.01 * policy.catch_up_seconds(lagging)
     assert policy.choose(caught_up) > 0, "a close call with drafts caught up is probed"
     assert policy.choose(lagging) == 0
+
+
+def test_a_catch_up_is_priced_by_the_tokens_missing_not_padded_to_the_longest_lag() -> None:
+    # the engine feeds lags in budget-sized chunks, row after row: one row missing 250
+    # tokens beside nine missing 10 costs about 340 tokens' prefill, not ten rows of 250
+    draft = _costs(per_token=1e-4, fixed=0.001)
+    policy = GoodputLookahead(_policy_costs(_costs(per_token=1e-3, fixed=0.01), draft))
+    batch = BatchShape(alphas=[0.9] * 10, remaining=[100] * 10, span=300, lags=[250] + [10] * 9)
+    assert policy.catch_up_seconds(batch) == pytest.approx(draft.predict(340, 10 * 300, 340 * 300))
