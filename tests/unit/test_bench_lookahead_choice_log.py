@@ -79,6 +79,7 @@ def test_each_choice_is_logged_with_every_ks_corrected_prediction():
         "k": k,
         "rows": 2,
         "lagging": 1,
+        "lag_tokens": 30,
         "catch_up_s": policy.catch_up_seconds(lagging),
         "corrected": [list(step) for step in policy.corrected(lagging, range(9))],
         "at": 2.0,
