@@ -25,6 +25,7 @@ from specbatch.decoding.lookahead import (
     expected_tokens,
     next_lookahead,
 )
+from specbatch.decoding.realised import RealisedGoodput
 
 
 @pytest.mark.parametrize(
@@ -506,3 +507,22 @@ def test_a_catch_up_is_priced_by_the_tokens_missing_not_padded_to_the_longest_la
     policy = GoodputLookahead(_policy_costs(_costs(per_token=1e-3, fixed=0.01), draft))
     batch = BatchShape(alphas=[0.9] * 10, remaining=[100] * 10, span=300, lags=[250] + [10] * 9)
     assert policy.catch_up_seconds(batch) == pytest.approx(draft.predict(340, 10 * 300, 340 * 300))
+
+
+def test_a_batch_near_a_buckets_edge_reads_the_neighbour_beyond_it_too() -> None:
+    # a closed loop at 32 clients runs 28-32 rows: 32 is one bucket, 28-31 another.
+    # Speculation measured paying at 32 rows says so at 31 too, more faintly at 24,
+    # not at all at 17 (nearer the other edge); alone in its bucket, a batch size
+    # learns at the weight it always had.
+    realised = RealisedGoodput()
+    for _ in range(40):
+        realised.record(32, 4, (100.0, 0.3), (100.0, 0.2))
+        realised.record(30, 4, (100.0, 0.3), (100.0, 0.45))
+    seconds = {rows: realised.corrections(rows, [4])[0][1] for rows in (17, 24, 31, 32)}
+    assert seconds[17] == pytest.approx(realised.corrections(20, [4])[0][1])
+    assert seconds[17] > seconds[24] > seconds[31] > seconds[32]
+    assert seconds[31] < 0.4 / 0.3
+    alone = RealisedGoodput()
+    for _ in range(40):
+        alone.record(30, 4, (100.0, 0.3), (100.0, 0.45))
+    assert alone.corrections(31, [4])[0][1] == pytest.approx(1.5, rel=0.02)
