@@ -185,6 +185,9 @@ class RealisedGoodput:
 
     def __init__(self) -> None:
         self._buckets: dict[int, _Bucket] = {}
+        # what each batch size read since the last step was recorded: a choice reads
+        # its batch size once for the corrections and again for every K's bonus
+        self._reads: dict[int, _Bucket] = {}
 
     def record(
         self, rows: int, k: int, predicted: tuple[float, float], realised: tuple[float, float]
@@ -193,6 +196,7 @@ class RealisedGoodput:
         (committed tokens, seconds)."""
         if min(*predicted, *realised) <= 0:
             return
+        self._reads.clear()
         bucket = self._buckets.setdefault(batch_bucket(rows), _Bucket())
         for arm, evidence in bucket.arms.items():
             evidence.decay(DISCOUNT if (arm > 0) == (k > 0) else IDLE_DISCOUNT)
@@ -205,11 +209,13 @@ class RealisedGoodput:
     def _read(self, rows: int) -> _Bucket:
         """The evidence a batch of ``rows`` is judged on: its bucket's and its nearer
         neighbour's, weighted (:func:`bucket_weights`)."""
-        read = _Bucket()
-        for bucket, weight in bucket_weights(rows):
-            for k, evidence in self._buckets.get(bucket, _Bucket()).arms.items():
-                read.arm(k).add_weighted(evidence, weight)
-        return read
+        if rows not in self._reads:
+            read = _Bucket()
+            for bucket, weight in bucket_weights(rows):
+                for k, evidence in self._buckets.get(bucket, _Bucket()).arms.items():
+                    read.arm(k).add_weighted(evidence, weight)
+            self._reads[rows] = read
+        return self._reads[rows]
 
     def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
         """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
