@@ -434,6 +434,7 @@ class Engine:
             self.prefixes.admit(row, hit)
             self.pool.grow(row.blocks, row.seq_len + MAX_LOOKAHEAD)
             self._waiting.popleft()
+            row.draft_wanted = self.lookahead.feeds_drafts
             self._running.append(row)
 
     def _prefill_budget(self) -> int:
@@ -449,7 +450,8 @@ class Engine:
         (``catch_up``), one chunk of catch-up for every draft that lags (a row left
         lagging would run a target pass of its own beside every speculative step). The
         draft is not prefilled eagerly: while speculation does not pay (K = 0 under
-        load), a prompt costs the target alone."""
+        load), a prompt costs the target alone, unless the policy wanted the drafts of
+        rows admitted now fed all the same (``LookaheadPolicy.feeds_drafts``)."""
         budget = self._prefill_budget()
         for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
@@ -458,8 +460,8 @@ class Engine:
         for row in self._running:
             if row.mode == "speculative":
                 self.prefixes.skip_written(row, "draft")
-        if catch_up:
-            self._catch_up([r for r in self._running if r.mode == "speculative" and r.prefilled()])
+        wanted = [r for r in self._running if r.mode == "speculative" and r.prefilled()]
+        self._catch_up(wanted if catch_up else [r for r in wanted if r.draft_wanted])
         for row in self._running:
             self.prefixes.record(row)
 
@@ -483,7 +485,7 @@ class Engine:
             if fed and not row.lag_priced:
                 row.catch_up_seconds += seconds * (row.draft_cached - cached) / fed
             if not _lags(row):
-                row.lag_priced = False
+                row.lag_priced = row.draft_wanted = False
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)
