@@ -434,7 +434,6 @@ class Engine:
             self.prefixes.admit(row, hit)
             self.pool.grow(row.blocks, row.seq_len + MAX_LOOKAHEAD)
             self._waiting.popleft()
-            row.draft_wanted = self.lookahead.feeds_drafts
             self._running.append(row)
 
     def _prefill_budget(self) -> int:
@@ -450,8 +449,7 @@ class Engine:
         (``catch_up``), one chunk of catch-up for every draft that lags (a row left
         lagging would run a target pass of its own beside every speculative step). The
         draft is not prefilled eagerly: while speculation does not pay (K = 0 under
-        load), a prompt costs the target alone, unless the policy wanted the drafts of
-        rows admitted now fed all the same (``LookaheadPolicy.feeds_drafts``)."""
+        load), a prompt costs the target alone."""
         budget = self._prefill_budget()
         for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
@@ -460,8 +458,8 @@ class Engine:
         for row in self._running:
             if row.mode == "speculative":
                 self.prefixes.skip_written(row, "draft")
-        wanted = [r for r in self._running if r.mode == "speculative" and r.prefilled()]
-        self._catch_up(wanted if catch_up else [r for r in wanted if r.draft_wanted])
+        if catch_up:
+            self._catch_up([r for r in self._running if r.mode == "speculative" and r.prefilled()])
         for row in self._running:
             self.prefixes.record(row)
 
@@ -485,7 +483,7 @@ class Engine:
             if fed and not row.lag_priced:
                 row.catch_up_seconds += seconds * (row.draft_cached - cached) / fed
             if not _lags(row):
-                row.lag_priced = row.draft_wanted = False
+                row.lag_priced = False
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)

@@ -16,13 +16,8 @@
   paid (a sunk cost says nothing of which K is best next). A row admitted while the
   policy speculates has its draft prefilled before any choice sees it: a standing
   cost of speculating, which the engine charges to the speculative steps it enables.
-  While it decodes plain only because the lagging drafts' catch-up would not repay
-  itself, and speculation would pay were they caught up, the drafts of newly admitted
-  rows are fed all the same (``feeds_drafts``): under a steady closed loop every row
-  otherwise joins lagging by its whole prompt, and plain decoding keeps itself going
-  however much a caught-up batch would gain. Where speculation is far from paying,
-  plain decoding is held for a few steps of the same batch size without pricing the
-  Ks again.
+  Where speculation is far from paying, plain decoding is held for a few steps of the
+  same batch size without pricing the Ks again.
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].
@@ -134,8 +129,6 @@ class LookaheadPolicy(Protocol):
 
     name: str
     k: int  # the K of the last choice
-    # whether the drafts of rows admitted now are to be prefilled even if K is 0
-    feeds_drafts: bool
 
     def choose(self, batch: BatchShape) -> int: ...
 
@@ -149,10 +142,6 @@ class FixedLookahead:
         if not 0 <= k <= MAX_LOOKAHEAD:
             raise ValueError(f"lookahead must be within [0, {MAX_LOOKAHEAD}], got {k}")
         self.k = k
-
-    @property
-    def feeds_drafts(self) -> bool:
-        return self.k > 0
 
     def choose(self, batch: BatchShape) -> int:
         return self.k
@@ -171,10 +160,6 @@ class RuleLookahead:
             raise ValueError(f"window must be at least 1, got {window}")
         self.k = initial
         self._window: deque[tuple[int, int]] = deque(maxlen=window)
-
-    @property
-    def feeds_drafts(self) -> bool:
-        return self.k > 0
 
     def choose(self, batch: BatchShape) -> int:
         return self.k
@@ -216,7 +201,6 @@ class GoodputLookahead:
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
         self.k = 0
-        self.feeds_drafts = False
         self._plain_held = 0  # steps left of a held plain choice
         self._held_remaining: tuple[int, ...] = ()  # its rows' tokens left at its next step
 
@@ -320,16 +304,7 @@ class GoodputLookahead:
         self._plain_held = PLAIN_HOLD_STEPS if far_from_paying else 0
         self._held_remaining = _after_a_plain_step(batch) if far_from_paying else ()
         self.k = best_k
-        self.feeds_drafts = best_k > 0 or (any(batch.lags) and self.pays_caught_up(batch, rates[0]))
         return best_k
-
-    def pays_caught_up(self, batch: BatchShape, plain_rate: float) -> bool:
-        """Whether some K > 0 would beat plain decoding's corrected goodput were every
-        draft of ``batch`` caught up: what a row admitted now, whose draft can be
-        prefilled with its prompt, will gain once the lagging rows have left."""
-        caught_up = BatchShape(batch.alphas, batch.remaining, batch.span)
-        steps = self.corrected(caught_up, range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1))
-        return max(t / s if s > 0 else float("inf") for t, s in steps) > plain_rate * GOODPUT_MARGIN
 
     def record(self, step: StepOutcome) -> None:
         """Compare what the step delivered with what was predicted for it: its

@@ -87,9 +87,6 @@ class Row:
     # step; and whether the policy saw the row's draft lag when it chose K (so priced it)
     catch_up_seconds: float = 0.0
     lag_priced: bool = False
-    # admitted while the policy decoded plain yet wanted new drafts fed: the draft is
-    # prefilled with the prompt all the same, until it first catches up
-    draft_wanted: bool = False
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 

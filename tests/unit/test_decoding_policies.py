@@ -328,27 +328,6 @@ def test_goodput_prices_catching_a_draft_up_by_the_tokens_left_to_repay_it() -> 
     assert policy.switch_seconds(one, 0) == 0.0
 
 
-def test_goodput_wants_new_drafts_fed_while_only_the_catch_up_keeps_it_plain() -> None:
-    # memory-bound target, cheap draft: at α = 0.9 speculation pays once drafts are fed
-    paying = GoodputLookahead(
-        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
-    )
-    # rows with 3 tokens left cannot repay drafts lagging 300 tokens: plain decoding,
-    # yet a row admitted now, its draft fed with its prompt, will speculate and gain
-    ending = BatchShape(alphas=[0.9] * 4, remaining=[3] * 4, span=300, lags=[300] * 4)
-    assert paying.choose(ending) == 0 and paying.feeds_drafts
-    assert paying.choose(BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300)) > 0
-    assert paying.feeds_drafts, "speculating feeds every draft"
-    # compute-bound target, a draft as dear as the target: speculation loses even with
-    # every draft caught up, so no draft is fed while decoding plain
-    losing = GoodputLookahead(
-        _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-3, fixed=0.01))
-    )
-    assert losing.choose(ending) == 0 and not losing.feeds_drafts
-    assert losing.choose(BatchShape(alphas=[0.5] * 4, remaining=[200] * 4, span=300)) == 0
-    assert not losing.feeds_drafts
-
-
 def test_a_newcomers_catch_up_is_spread_over_the_tokens_it_lets_the_row_speculate() -> None:
     assert catch_up_share(0.3, committed=3, remaining=30) == pytest.approx(0.03)
     assert catch_up_share(0.3, committed=0, remaining=30) == 0.0
