@@ -69,7 +69,7 @@ from specbatch.scheduling.simulate.continuous import (  # noqa: E402
     StepCosts,
 )
 from specbatch.serving.scheduler.setup import build_admission  # noqa: E402
-from specbatch.serving.scheduler.tasks import prepare_prompt  # noqa: E402
+from specbatch.serving.scheduler.tasks import PreparedPrompt, prepare_prompt  # noqa: E402
 from specbatch.serving.settings import ModelSettings  # noqa: E402
 from specbatch.serving.target_text import TargetText  # noqa: E402
 
@@ -190,9 +190,10 @@ class Requests:
         self._predictor = LengthPredictor()
         self._ends: dict[str, int | None] = {}  # model text -> tokens before its end of sequence
 
-    def model_text(self, prompt: str, task: str = "infobench") -> str:
+    def _prepared(self, prompt: str, task: str) -> tuple[PreparedPrompt, str]:
+        """The prompt as the scheduler prepares it, and the exact text the model sees."""
         prepared = prepare_prompt(prompt, task, None)
-        return self._text.model_text(prepared.model_prompt, prepared.chat)
+        return prepared, self._text.model_text(prepared.model_prompt, prepared.chat)
 
     def learn_ends(self, arrivals: list, task: str = "infobench") -> None:
         """Decode every prompt not seen yet once, greedily with the target alone, to the
@@ -201,7 +202,7 @@ class Requests:
 
         asked: dict[str, int] = {}
         for arrival in arrivals:
-            text = self.model_text(arrival.prompt, task)
+            _, text = self._prepared(arrival.prompt, task)
             if text not in self._ends:
                 asked[text] = max(asked.get(text, 0), arrival.max_tokens)
         if not asked:
@@ -219,8 +220,7 @@ class Requests:
     def of(self, arrivals: list, task: str = "infobench") -> list[SimRequest]:
         requests = []
         for index, arrival in enumerate(arrivals):
-            prepared = prepare_prompt(arrival.prompt, task, None)
-            text = self._text.model_text(prepared.model_prompt, prepared.chat)
+            prepared, text = self._prepared(arrival.prompt, task)
             input_tokens = self._text.count(text)
             predicted = max(1, min(self._predictor.predict(prepared.source, task), arrival.max_tokens))
             end = self._ends.get(text)
@@ -273,8 +273,9 @@ def has_engine_figures(row: dict) -> bool:
 
 def live_fit(rows: list[dict]) -> LiveStepFit:
     """Non-negative least squares of every row's step seconds on its decode steps,
-    row-steps, committed row tokens and prefilled tokens. Each row is weighed by its
-    seconds' inverse, so a slow minute of the VM does not set the shape for the rest."""
+    row-steps, committed row tokens and prefilled tokens, each row's residual taken
+    relative to its seconds: the rows of a slow minute or a long run do not outweigh
+    the rest in setting the shape."""
     from scipy.optimize import nnls
 
     usable = [r for r in rows if has_engine_figures(r)]
