@@ -49,6 +49,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -72,6 +73,9 @@ from specbatch.serving.scheduler.setup import build_admission  # noqa: E402
 from specbatch.serving.scheduler.tasks import PreparedPrompt, prepare_prompt  # noqa: E402
 from specbatch.serving.settings import ModelSettings  # noqa: E402
 from specbatch.serving.target_text import TargetText  # noqa: E402
+
+if TYPE_CHECKING:
+    from specbatch.decoding.pair import ModelPair
 
 logger = logging.getLogger("bench_predict")
 REPOSITORY = ROOT / "model_repository"
@@ -104,7 +108,7 @@ def instance_settings() -> ModelSettings:
 
 
 @functools.cache
-def served_pair():
+def served_pair() -> ModelPair:
     """The model pair the served instances load (their cpu config), loaded once."""
     from specbatch.decoding import load_model_pair
 
