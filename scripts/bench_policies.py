@@ -429,10 +429,20 @@ ENGINE_METRICS = (
     "specbatch_row_step_tokens_total",  # summed over tokens: row-steps
 )
 ROW_TOKENS = "row_tokens"  # tokens committed by rows: the row-step histogram weighted by its label
+# the committing steps per batch-size bucket (label rows): what each figure of a row's
+# engine["by_batch"][rows] is read from
+BATCH_METRICS = {
+    "specbatch_batch_steps_total": "steps",
+    "specbatch_batch_row_steps_total": "row_steps",
+    "specbatch_batch_tokens_total": "tokens",
+    "specbatch_batch_prefill_tokens_total": "prefill_tokens",
+    "specbatch_batch_step_seconds_total": "seconds",
+}
 
 
 def engine_metrics(url: str) -> dict[str, float]:
-    """The scheduler's per-instance engine figures, summed over instances."""
+    """The scheduler's per-instance engine figures, summed over instances (the per-batch
+    ones keyed ``metric|rows``)."""
     with urllib.request.urlopen(url, timeout=5) as reply:
         text = reply.read().decode()
     totals = dict.fromkeys((*ENGINE_METRICS, ROW_TOKENS), 0.0)
@@ -444,7 +454,22 @@ def engine_metrics(url: str) -> dict[str, float]:
             tokens = re.search(r'tokens="(\d+)"', line)
             if name == "specbatch_row_step_tokens_total" and tokens:
                 totals[ROW_TOKENS] += int(tokens.group(1)) * value
+        elif name in BATCH_METRICS:
+            rows = re.search(r'rows="([^"]+)"', line)
+            key = f"{name}|{rows.group(1)}"
+            totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return totals
+
+
+def by_batch(delta: dict[str, float]) -> dict[str, dict[str, float]]:
+    """A run's committing steps per batch-size bucket (rows label -> steps, row_steps,
+    tokens, prefill_tokens, seconds), from the per-batch counters' growth over the run."""
+    buckets: dict[str, dict[str, float]] = {}
+    for key, grown in delta.items():
+        name, _, rows = key.partition("|")
+        if name in BATCH_METRICS:
+            buckets.setdefault(rows, dict.fromkeys(BATCH_METRICS.values(), 0.0))[BATCH_METRICS[name]] = grown
+    return {rows: figures for rows, figures in buckets.items() if figures["steps"]}
 
 
 def start_server(setup: Setup, name: str) -> TritonProcess:
@@ -523,7 +548,7 @@ class Session:
         if before is not None:
             time.sleep(1.5)  # the gauges are published at most every half second
             after = engine_metrics(self.process.metrics_url)
-            delta = {k: after[k] - before[k] for k in after}
+            delta = {k: after[k] - before.get(k, 0.0) for k in after}
             row["preemptions"] = int(delta["specbatch_preemptions"])
             # what the instances' steps cost in this run: the machine's speed under this load
             row["engine"] = {
@@ -532,6 +557,7 @@ class Session:
                 "steps": int(delta["specbatch_lookahead_steps_total"]),
                 "row_steps": int(delta["specbatch_row_step_tokens_total"]),
                 "row_tokens": int(delta[ROW_TOKENS]),
+                "by_batch": by_batch(delta),
             }
             prefilled = (
                 delta["specbatch_prefix_hit_tokens_total"] + delta["specbatch_prefix_miss_tokens_total"]

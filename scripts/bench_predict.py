@@ -11,13 +11,16 @@ server's own code, on two simulated instances whose KV room is the engine's.
 Each row is predicted twice, from two readings of what a step costs:
 
 - **Read from the live instances** (the prediction of record): the served instances count
-  their decode steps, row-steps, the tokens rows committed and the seconds their steps
-  took (`specbatch_*` counters, bench_policies' `engine` figures), and the prompt tokens
-  they prefilled. One non-negative least-squares fit over every simulated row of the run
-  prices a step as base + per row-step + per committed token + per prefilled token; a
-  row is then simulated at its own tokens per row-step (what the goodput-chosen K made
-  of speculation at that load) and at its own machine speed (its step seconds over what
-  the fit charges for its steps, as the VM's speed moves from minute to minute).
+  their committing steps per batch size (1, 2, 3-4, ... rows: steps, row-steps, the
+  tokens rows committed, the prompt tokens prefilled beside them and the seconds; the
+  `specbatch_batch_*` counters, bench_policies' `engine["by_batch"]`; a run from before
+  those counters is read as one bucket from its totals). One non-negative least-squares
+  fit over every bucket of every simulated row of the run prices a step as base + per
+  row + per committed token + per prefilled token; a row is then simulated at its own
+  tokens per row-step at each batch size (what the goodput-chosen K made of speculation
+  there) and at its own machine speed (its step seconds over what the fit charges for
+  its steps, as the VM's speed moves from minute to minute). A table of the buckets over
+  all rows, measured against fitted, shows where a straight line misses the step's shape.
 - **Fitted offline** (the earlier method, kept as the comparison): the same model pair,
   engine and settings as the served instances (`qwen3_specdec`'s cpu config) timed on
   closed batches of 1-16 rows of infobench prompts; step seconds = base + per row x
@@ -62,6 +65,7 @@ from bench_policies import SETUPS, e2e_sla_s, meets_sla, server_env, workloads  
 from specbatch.figures import save_figure  # noqa: E402
 from specbatch.routing.length import LengthPredictor  # noqa: E402
 from specbatch.scheduling.admission import AdmissionPolicy  # noqa: E402
+from specbatch.scheduling.load import STEP_BATCH_LABELS  # noqa: E402
 from specbatch.scheduling.simulate.continuous import (  # noqa: E402
     ContinuousSimulator,
     SimInstance,
@@ -233,18 +237,41 @@ class Requests:
         return requests
 
 
+def step_buckets(row: dict) -> list[dict]:
+    """A row's committing steps by batch size (steps, row_steps, tokens, prefill_tokens,
+    seconds each): the engine's per-batch counters where the run has them, else the whole
+    run as one bucket at its mean batch."""
+    engine = row["engine"]
+    if engine.get("by_batch"):
+        return list(engine["by_batch"].values())
+    return [
+        {
+            "steps": engine["steps"],
+            "row_steps": engine["row_steps"],
+            "tokens": engine["row_tokens"],
+            "prefill_tokens": row["prefilled_tokens"],
+            "seconds": engine["step_seconds"],
+        }
+    ]
+
+
+def priced(costs: StepCosts, bucket: dict) -> float:
+    """The seconds ``costs`` charge a bucket's steps."""
+    return (
+        bucket["steps"] * costs.base_s
+        + bucket["row_steps"] * costs.per_row_s
+        + bucket["tokens"] * costs.per_token_s
+        + bucket["prefill_tokens"] * costs.per_prefill_token_s
+    )
+
+
 def machine_speed(costs: StepCosts, row: dict) -> float | None:
     """How many times slower the served instances' steps ran in this row than ``costs``
     price them (None where the row has no engine figures)."""
     if not has_engine_figures(row):
         return None
-    engine = row["engine"]
-    priced = (
-        engine["steps"] * costs.base_s
-        + engine["row_steps"] * costs.per_row_s
-        + row["prefilled_tokens"] * costs.per_prefill_token_s
-    )
-    return engine["step_seconds"] / priced
+    buckets = step_buckets(row)
+    return sum(b["seconds"] for b in buckets) / sum(priced(costs, b) for b in buckets)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,17 +283,23 @@ class LiveStepFit:
     per_token_s: float
     per_prefill_token_s: float
     rows: int
+    buckets: int  # the (row, batch size) figures fitted
 
     def costs(self, row: dict) -> StepCosts:
-        """The step costs of one row: at its own tokens per row-step, which the committed
-        tokens' price turns into a cost per row-step."""
-        engine = row["engine"]
-        tokens = engine["row_tokens"] / engine["row_steps"]
+        """The step costs of one row: at its own tokens per row-step at each batch size
+        (per bucket, at the bucket's mean rows), which the committed tokens' price turns
+        into a step's cost."""
+        points = sorted(
+            (b["row_steps"] / b["steps"], b["tokens"] / b["row_steps"])
+            for b in step_buckets(row)
+            if b["steps"]
+        )
         return StepCosts(
             base_s=self.base_s,
-            per_row_s=self.per_row_s + self.per_token_s * tokens,
+            per_row_s=self.per_row_s,
             per_prefill_token_s=self.per_prefill_token_s,
-            tokens_per_row_step=((1, tokens),),
+            tokens_per_row_step=tuple(points),
+            per_token_s=self.per_token_s,
         )
 
 
@@ -276,23 +309,77 @@ def has_engine_figures(row: dict) -> bool:
 
 
 def live_fit(rows: list[dict]) -> LiveStepFit:
-    """Non-negative least squares of every row's step seconds on its decode steps,
-    row-steps, committed row tokens and prefilled tokens, each row's residual taken
-    relative to its seconds: the rows of a slow minute or a long run do not outweigh
-    the rest in setting the shape."""
+    """Non-negative least squares of the step seconds of every row's batch-size buckets
+    on their steps, row-steps, committed tokens and prefilled tokens. Each bucket's
+    residual is taken relative to its seconds (the buckets of a slow minute or a long run
+    do not outweigh the rest in setting the shape) and weighted by the square root of its
+    steps (a bucket of a few steps is a noisy reading)."""
     from scipy.optimize import nnls
 
     usable = [r for r in rows if has_engine_figures(r)]
+    buckets = [b for r in usable for b in step_buckets(r) if b["steps"] and b["seconds"] > 0]
     x = np.array(
-        [
-            [r["engine"]["steps"], r["engine"]["row_steps"], r["engine"]["row_tokens"], r["prefilled_tokens"]]
-            for r in usable
-        ],
-        dtype=float,
+        [[b["steps"], b["row_steps"], b["tokens"], b["prefill_tokens"]] for b in buckets], dtype=float
     )
-    y = np.array([r["engine"]["step_seconds"] for r in usable])
-    (base, per_row, per_token, per_prefill), _ = nnls(x / y[:, None], np.ones(len(y)))
-    return LiveStepFit(float(base), float(per_row), float(per_token), float(per_prefill), len(usable))
+    y = np.array([b["seconds"] for b in buckets])
+    weight = np.sqrt([b["steps"] for b in buckets])
+    (base, per_row, per_token, per_prefill), _ = nnls(x / y[:, None] * weight[:, None], weight)
+    return LiveStepFit(
+        float(base), float(per_row), float(per_token), float(per_prefill), len(usable), len(buckets)
+    )
+
+
+def step_shape(rows: list[dict], live: LiveStepFit) -> list[dict]:
+    """Over every row with per-batch counters: each batch-size bucket's steps, mean rows,
+    tokens per row-step, and mean step seconds measured (each row's at its machine speed
+    brought to the fit's) against the fit's: where the fit's straight line in rows and
+    tokens misses the shape of a step's cost."""
+    sums: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if not (has_engine_figures(row) and row["engine"].get("by_batch")):
+            continue
+        costs = live.costs(row)
+        speed = machine_speed(costs, row)
+        for label, bucket in row["engine"]["by_batch"].items():
+            total = sums.setdefault(
+                label, dict.fromkeys(("steps", "row_steps", "tokens", "seconds", "fitted"), 0.0)
+            )
+            for key in ("steps", "row_steps", "tokens"):
+                total[key] += bucket[key]
+            total["seconds"] += bucket["seconds"] / speed
+            total["fitted"] += priced(costs, bucket)
+    order = [label for label in STEP_BATCH_LABELS if label in sums]
+    return [
+        {
+            "rows_up_to": label,
+            "steps": int(sums[label]["steps"]),
+            "mean_rows": sums[label]["row_steps"] / sums[label]["steps"],
+            "tokens_per_row_step": sums[label]["tokens"] / sums[label]["row_steps"],
+            "measured_step_s": sums[label]["seconds"] / sums[label]["steps"],
+            "fitted_step_s": sums[label]["fitted"] / sums[label]["steps"],
+        }
+        for label in order
+    ]
+
+
+def shape_table(shape: list[dict], live: LiveStepFit) -> str:
+    lines = [
+        f"Live fit over {live.rows} rows ({live.buckets} batch-size buckets): a step costs "
+        f"{live.base_s * 1000:.2f} ms + {live.per_row_s * 1000:.2f} ms a row + "
+        f"{live.per_token_s * 1000:.2f} ms a committed token + {live.per_prefill_token_s * 1e6:.0f} µs a "
+        "prefilled token.",
+        "",
+        "| rows (up to) | steps | mean rows | tokens / row-step | step ms measured | fitted "
+        "| measured / fitted |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in shape:
+        lines.append(
+            f"| {b['rows_up_to']} | {b['steps']} | {b['mean_rows']:.1f} | {b['tokens_per_row_step']:.2f} "
+            f"| {b['measured_step_s'] * 1000:.1f} | {b['fitted_step_s'] * 1000:.1f} "
+            f"| {b['measured_step_s'] / b['fitted_step_s']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def at_speed(costs: StepCosts, factor: float) -> StepCosts:
@@ -301,6 +388,7 @@ def at_speed(costs: StepCosts, factor: float) -> StepCosts:
         costs,
         base_s=costs.base_s * factor,
         per_row_s=costs.per_row_s * factor,
+        per_token_s=costs.per_token_s * factor,
         per_prefill_token_s=costs.per_prefill_token_s * factor,
     )
 
@@ -345,7 +433,7 @@ def predict_rows(policies: dict, costs: StepCosts, kv_tokens_per_gb: int) -> tup
         [a for name, row in pairs for a in builders[name].build(row["rate"], args.duration, row["seed"])]
     )
     live = live_fit([row for _, row in pairs])
-    logger.info("live step costs over %d rows: %s", live.rows, live)
+    logger.info("live step costs over %d rows (%d batch-size buckets): %s", live.rows, live.buckets, live)
     predicted = []
     for name, row in pairs:
         workload = builders[name]
@@ -532,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("offline step costs: %s", costs)
     rows, live = predict_rows(policies, costs, kv_tokens_per_gb)
     ranks = rankings(rows)
-    text = table(rows, ranks)
+    shape = step_shape([row for _, row in simulated_rows(policies)], live)
+    text = table(rows, ranks) + ("\n\n" + shape_table(shape, live) if shape else "")
     print(text)
     plot(rows, args.plot)
     if args.markdown:
@@ -547,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
                 "fit": points,
                 "rows": rows,
                 "rankings": ranks,
+                "step_shape": shape,
             },
             indent=2,
             default=list,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specbatch.decoding.batch_steps import BatchStepCounter
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError, blocks_in_budget
 from specbatch.decoding.lookahead import (
     MAX_LOOKAHEAD,
@@ -163,6 +164,7 @@ class Engine:
         self._calibrated = False
         self._lookahead_steps: Counter[int] = Counter()
         self._tokens_per_row_step: Counter[int] = Counter()
+        self._batch_steps = BatchStepCounter()
         self._memory = MemoryPeaks()
         self._snapshot = self._take_snapshot()
         # called at the start of every iteration, on the loop thread; raising fails the
@@ -394,12 +396,19 @@ class Engine:
             self._last_commit_at = None
             return
         speculating = self.lookahead.k > 0
+        prefilled_before = self.runner.prefilled_tokens
         self._prefill(catch_up=speculating)
         committed = self._decode(caught_up=speculating)
         if committed:
             self._deliver(committed)
             ended = time.perf_counter()
             elapsed = ended - started
+            self._batch_steps.record(
+                len(committed),
+                sum(len(t) for t in committed.values()),
+                self.runner.prefilled_tokens - prefilled_before,
+                elapsed,
+            )
             cycle = ended - (started if self._last_commit_at is None else self._last_commit_at)
             self._last_commit_at = ended
             per_row = sum(len(t) for t in committed.values()) / len(committed)
@@ -717,6 +726,7 @@ class Engine:
             lookahead=self.lookahead.k,
             lookahead_steps=_counts(self._lookahead_steps, MAX_LOOKAHEAD),
             tokens_per_row_step=_counts(self._tokens_per_row_step, MAX_LOOKAHEAD + 1),
+            batch_steps=self._batch_steps.totals(),
             preemptions=self._preemptions,
             max_rows=self.max_rows,
             prefill_seconds_per_token=self._prefill_seconds_per_token(),

@@ -78,6 +78,7 @@ class StepRunner:
         }
         self.clock = PassClock(self.device)
         self.pass_seconds = 0.0  # time spent in forward passes, for the step overhead
+        self.prefilled_tokens = 0  # prompt tokens fed by prefill chunks and catch-up, both models
         # Optional instrumentation: called with (model name, row keys, tokens, positions,
         # real-token mask) before every forward pass.
         self.feed_observer: FeedObserver | None = None
@@ -207,6 +208,7 @@ class StepRunner:
         feed, real = self._feed(chosen, *lists, self.shapes.span(furthest))
         fed = sum(end - start for start, end in spans)
         self._run(name, chosen, feed, real, fed, furthest, self.functions.prefill_chunk)
+        self.prefilled_tokens += fed
         for row, (_, end) in zip(chosen, spans, strict=True):
             row.set_cached(name, end)
         return fed

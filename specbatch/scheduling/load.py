@@ -2,7 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+
+# Upper bounds (rows) of the buckets; the last one takes every larger batch.
+STEP_BATCH_BOUNDS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+STEP_BATCH_LABELS: tuple[str, ...] = (*(str(b) for b in STEP_BATCH_BOUNDS), "+Inf")
+
+
+def step_batch_bucket(rows: int) -> int:
+    """Index of the bucket a step over ``rows`` rows counts in."""
+    if rows <= 1:
+        return 0
+    return min(math.ceil(math.log2(rows)), len(STEP_BATCH_BOUNDS))
+
+
+@dataclass(frozen=True)
+class BatchStepTotals:
+    """An engine's steps that committed tokens, totalled per batch-size bucket (index as
+    in :data:`STEP_BATCH_LABELS`) since it started: how many, their rows (row-steps), the
+    tokens rows committed, the prompt tokens prefilled in the same iterations (prompts
+    and draft catch-up), and the iterations' seconds (summed, ``step_seconds_total``).
+
+    A step's seconds grow with its rows, and the K the policy picks (so the tokens a row
+    commits) moves with them: one total over all steps hides both. Per bucket, a
+    dashboard shows step time against batch size and where speculation pays, and a
+    simulator fits the shape of a step's cost from a live server's counters over any
+    span (differences of totals) rather than from an offline run."""
+
+    steps: tuple[int, ...] = ()
+    row_steps: tuple[int, ...] = ()
+    tokens: tuple[int, ...] = ()
+    prefill_tokens: tuple[int, ...] = ()
+    seconds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -30,6 +62,7 @@ class InstanceLoad:
     # committed in one step (index = tokens): where speculation switched itself off
     lookahead_steps: tuple[int, ...] = ()
     tokens_per_row_step: tuple[int, ...] = ()
+    batch_steps: BatchStepTotals = field(default_factory=BatchStepTotals)
     preemptions: int = 0
     max_rows: int = 64
     # seconds one prompt token costs to prefill (0 until measured): admission counts

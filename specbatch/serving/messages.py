@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from specbatch import acceptance
-from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.load import BatchStepTotals, InstanceLoad
 from specbatch.serving.framing import FrameError, pack
 
 GENERATE, SCORE = "generate", "score"  # the two kinds of row an instance runs
@@ -232,4 +232,8 @@ def _load(data: dict[str, Any]) -> InstanceLoad:
     values = _known(InstanceLoad, data)
     for name in ("lookahead_steps", "tokens_per_row_step"):
         values[name] = tuple(int(n) for n in values.get(name, ()))
+    batch = _known(BatchStepTotals, values.get("batch_steps", {}))
+    values["batch_steps"] = BatchStepTotals(
+        **{k: tuple((float if k == "seconds" else int)(n) for n in v) for k, v in batch.items()}
+    )
     return InstanceLoad(**values)

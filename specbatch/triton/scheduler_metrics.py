@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from operator import attrgetter
 
 from specbatch.scheduling.admission import InstanceCapacity
-from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.load import STEP_BATCH_LABELS, InstanceLoad
 from specbatch.serving.latency import PromptTiming, SlaTargets
 from specbatch.serving.messages import RowOutcome
 from specbatch.serving.scheduler.core import SchedulerEvents
@@ -31,16 +32,59 @@ ENGINE_TOTALS = (
 )
 
 
-# Per-instance distributions the engine counts step by step (InstanceLoad field, metric,
-# label, help): one counter per value, the histogram of a small discrete quantity
-# (bucket i counts the steps with value i, so rate() per label is the distribution now).
+# Per-instance distributions the engine counts step by step (InstanceLoad attribute path,
+# metric, label, label values, help): one counter per value, the histogram of a small
+# discrete quantity (bucket i counts the steps with value i, labelled i where no label
+# values are given), so rate() per label is the distribution now.
 STEP_HISTOGRAMS = (
-    ("lookahead_steps", "specbatch_lookahead_steps_total", "k", "Decode steps per K chosen (0 = plain)"),
+    (
+        "lookahead_steps",
+        "specbatch_lookahead_steps_total",
+        "k",
+        None,
+        "Decode steps per K chosen (0 = plain)",
+    ),
     (
         "tokens_per_row_step",
         "specbatch_row_step_tokens_total",
         "tokens",
+        None,
         "Row-steps per tokens a row committed in one decode step",
+    ),
+    (
+        "batch_steps.steps",
+        "specbatch_batch_steps_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Decode steps that committed tokens, per batch size (rows up to the label)",
+    ),
+    (
+        "batch_steps.row_steps",
+        "specbatch_batch_row_steps_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Rows summed over those steps, per batch size",
+    ),
+    (
+        "batch_steps.tokens",
+        "specbatch_batch_tokens_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Tokens rows committed in those steps, per batch size",
+    ),
+    (
+        "batch_steps.prefill_tokens",
+        "specbatch_batch_prefill_tokens_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Prompt tokens prefilled (prompts and draft catch-up) in those steps' iterations, per batch size",
+    ),
+    (
+        "batch_steps.seconds",
+        "specbatch_batch_step_seconds_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Seconds of those steps' iterations, per batch size",
     ),
 )
 
@@ -270,14 +314,18 @@ class SchedulerMetrics(SchedulerEvents):
                 capacity.pace_s,
                 instance=instance,
             )
-        for field, name, label, text in STEP_HISTOGRAMS:
-            counts = getattr(load, field)
+        for field, name, label, values, text in STEP_HISTOGRAMS:
+            counts = attrgetter(field)(load)
             previous = self._published_counts.get((instance, field), ())
             if any(now < before for now, before in zip(counts, previous, strict=False)):
                 previous = ()  # a restarted engine counts from zero again
-            for value, count in enumerate(counts):
-                before = previous[value] if value < len(previous) else 0
-                m.increment(name, text, count - before, instance=instance, **{label: str(value)})
+            first = (instance, field) not in self._published_counts
+            for index, count in enumerate(counts):
+                before = previous[index] if index < len(previous) else 0
+                value = values[index] if values else str(index)
+                if first:  # every label exported from the instance's first report, at 0
+                    m.declare_counter(name, text, instance=instance, **{label: value})
+                m.increment(name, text, count - before, instance=instance, **{label: value})
             self._published_counts[(instance, field)] = counts
 
     def _count_total(self, instance: str, field: str, name: str, text: str, total: float) -> None:

@@ -185,6 +185,12 @@ def test_result_counters_and_kv_accounting(pair) -> None:
     peaks = engine.memory_peaks
     assert peaks.reserved_tokens >= peaks.held_tokens_at_peak > 0
     assert sum(engine.lookahead_steps.values()) > 0 and 0 <= engine.acceptance <= 1
+    by_batch, tokens_per_row_step = load.batch_steps, engine.tokens_per_row_step
+    assert sum(by_batch.seconds) == pytest.approx(load.step_seconds_total), "per batch size, the same steps"
+    assert sum(by_batch.row_steps) == sum(tokens_per_row_step.values())
+    assert sum(by_batch.tokens) == sum(n * count for n, count in tokens_per_row_step.items())
+    assert by_batch.steps[0] > 0 and by_batch.row_steps[:2] == (by_batch.steps[0], 2 * by_batch.steps[1])
+    assert 0 < sum(by_batch.prefill_tokens) <= 2 * sum(r.num_input_tokens for r in results)
     assert engine.generate([GenerationRequest("x")], mode="target_only")[0].acceptance_rate == 0.0
 
 

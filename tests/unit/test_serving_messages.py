@@ -14,7 +14,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.load import BatchStepTotals, InstanceLoad
 from specbatch.serving import framing
 from specbatch.serving.framing import HEADER, FrameError, pack, read_frame, unpack
 from specbatch.serving.messages import (
@@ -45,6 +45,7 @@ LOAD = InstanceLoad(
     lookahead=2,
     lookahead_steps=(5, 0, 7),
     tokens_per_row_step=(0, 9, 4, 3),
+    batch_steps=BatchStepTotals((4, 2), (4, 5), (7, 9), (30, 0), (0.25, 0.125)),
     preemptions=1,
     max_rows=8,
 )

@@ -30,15 +30,19 @@ from specbatch.scheduling.requests import QueuedRequest
 class StepCosts:
     """What a step costs, and what it gives each row: one token, or under speculation
     the tokens a row commits per step at that many rows (``tokens_per_row_step``: pairs of
-    rows and mean tokens, interpolated between them; empty: one token)."""
+    rows and mean tokens, interpolated between them; empty: one token). A committed token
+    may carry a price of its own (``per_token_s``): a speculative step that commits more
+    verified more, so a step's cost follows the K chosen at its batch size."""
 
     base_s: float = 0.02
     per_row_s: float = 0.002
     per_prefill_token_s: float = 0.00005
-    tokens_per_row_step: tuple[tuple[int, float], ...] = ()
+    tokens_per_row_step: tuple[tuple[float, float], ...] = ()
+    per_token_s: float = 0.0
 
     def step_s(self, rows: int, prefill_tokens: int) -> float:
-        return self.base_s + self.per_row_s * rows + self.per_prefill_token_s * prefill_tokens
+        decode = rows * (self.per_row_s + self.per_token_s * self.tokens(rows)) if rows else 0.0
+        return self.base_s + decode + self.per_prefill_token_s * prefill_tokens
 
     def tokens(self, rows: int) -> float:
         """Tokens each of ``rows`` rows commits in one step."""
