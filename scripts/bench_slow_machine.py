@@ -9,9 +9,11 @@ the regime where that matters, and what `keep_promises` (refusing a request that
 push a queued prompt past the SLA it can still make) buys at each speed, on the step
 simulator of bench_predict: the same arrivals,
 prompts and `AdmissionPolicy` as the served set-ups (the scheduler's cpu config and each
-set-up's SPECBATCH_* overrides, built by the server's own `build_admission`), on two
-simulated instances, at the offline fit's step costs (read from a bench_predict JSON)
-and at those costs times each `--speeds` factor (below 1, a faster machine). Offered
+set-up's SPECBATCH_* overrides, built by the server's own `build_admission`), each prompt
+ending where the served target ends it, on two simulated instances, at the step costs
+bench_predict read from the live instances (its JSON: the fit, and the tokens a row
+committed per step at each batch size over the run) and at those costs times each
+`--speeds` factor (below 1, a faster machine). Offered
 rates (`--infobench-rates`, `--heavy-rates`) are divided by the factor, so every speed
 sees the same relative load; each point is the mean over `--seeds` arrival seeds.
 
@@ -54,22 +56,46 @@ COMPARED = ("least_slack", "fixed_pace", "break_promises", "fcfs")
 ROOMY_KV_TOKENS = 200_000  # memory never binds here: the comparison is of b_SLA and refusals
 
 
+def live_step_costs(predicted: dict) -> StepCosts:
+    """bench_predict's fit of the live instances' step costs, each batch size at the
+    tokens per row-step the run's rows committed there."""
+    if not predicted.get("step_shape"):
+        raise SystemExit(
+            "the bench_predict JSON has no per-batch step figures (step_shape): "
+            "run bench_predict on a bench_policies run of this code"
+        )
+    live = predicted["live_costs"]
+    return StepCosts(
+        base_s=live["base_s"],
+        per_row_s=live["per_row_s"],
+        per_prefill_token_s=live["per_prefill_token_s"],
+        per_token_s=live["per_token_s"],
+        tokens_per_row_step=tuple(
+            (b["mean_rows"], b["tokens_per_row_step"]) for b in predicted["step_shape"]
+        ),
+    )
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     """Goodput, refusals and admitted e2e p99 over SLA of every set-up, workload, speed
     and rate, each the mean over the seeds."""
-    predicted = json.loads(args.predict.read_text())
-    costs = StepCosts(
-        **{
-            **predicted["costs"],
-            "tokens_per_row_step": tuple(map(tuple, predicted["costs"]["tokens_per_row_step"])),
-        }
-    )
+    costs = live_step_costs(json.loads(args.predict.read_text()))
     bench = bench_args(json.loads(args.policies.read_text())["config"])
     builders = {w.name: w for w in workloads(bench)}
     setups = {s.name: s for s in SETUPS}
     scheduler = config_parameters(REPOSITORY / "scheduler" / "configs" / "cpu.pbtxt")
     requests = Requests()
     instance = SimInstance(kv_tokens=ROOMY_KV_TOKENS, max_rows=64)
+    requests.learn_ends(
+        [
+            arrival
+            for workload in args.workloads
+            for speed in args.speeds
+            for base_rate in args.rates[workload]
+            for seed in range(bench.seed, bench.seed + args.seeds)
+            for arrival in builders[workload].build(base_rate / speed, args.duration, seed)
+        ]
+    )
     rows = []
     for workload in args.workloads:
         for speed in args.speeds:
@@ -110,7 +136,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 def table(rows: list[dict]) -> str:
     labels = {s.name: s.label for s in SETUPS}
     lines = [
-        "| workload | step time / fit's | offered req/s | "
+        "| workload | step time / live fit's | offered req/s | "
         + " | ".join(f"{labels[name]} goodput (refused) [admitted e2e p99 / SLA]" for name in COMPARED)
         + " | slack pace / fixed | keeping promises / not |",
         "|---|---|---|" + "---|" * len(COMPARED) + "---|---|",
@@ -152,7 +178,7 @@ def plot(rows: list[dict], path: Path) -> None:
                 marker="o",
                 label=labels[name],
             )
-        ax.set_title(f"{workload}, steps {speed:g}x the fit's", fontsize=9)
+        ax.set_title(f"{workload}, steps {speed:g}x the live fit's", fontsize=9)
         ax.set_xlabel("offered req/s")
         ax.set_ylabel("goodput req/s")
     axes[0][0].legend(fontsize=7)
