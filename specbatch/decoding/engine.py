@@ -403,15 +403,12 @@ class Engine:
             self._deliver(committed)
             ended = time.perf_counter()
             elapsed = ended - started
-            self._batch_steps.record(
-                len(committed),
-                sum(len(t) for t in committed.values()),
-                self.runner.prefilled_tokens - prefilled_before,
-                elapsed,
-            )
+            tokens = sum(len(t) for t in committed.values())
+            prefilled = self.runner.prefilled_tokens - prefilled_before
+            self._batch_steps.record(len(committed), tokens, prefilled, elapsed)
             cycle = ended - (started if self._last_commit_at is None else self._last_commit_at)
             self._last_commit_at = ended
-            per_row = sum(len(t) for t in committed.values()) / len(committed)
+            per_row = tokens / len(committed)
             self._tokens_per_row = per_row
             self._step_seconds = _smooth(self._step_seconds, elapsed)
             self._step_seconds_total += elapsed
