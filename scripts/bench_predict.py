@@ -86,6 +86,7 @@ REPOSITORY = ROOT / "model_repository"
 SIMULATED = ("infobench", "heavy", "memory")
 FIT_ROWS = (1, 2, 4, 8, 16)
 TOLERANCE = 0.15  # the bound on the goodput error
+LEARN_ROWS = 64  # prompts decoded together to learn their ends (greedy: the batch changes no output)
 
 
 def config_parameters(path: Path) -> dict:
@@ -215,13 +216,20 @@ class Requests:
                 asked[text] = max(asked.get(text, 0), arrival.max_tokens)
         if not asked:
             return
-        engine = Engine(served_pair(), lookahead=0, max_rows=64, prefix_caching=False)
+        from tqdm import tqdm
+
+        engine = Engine(served_pair(), lookahead=0, max_rows=LEARN_ROWS, prefix_caching=False)
         texts = list(asked)
-        results = engine.generate(
-            [GenerationRequest(text, max_new_tokens=asked[text]) for text in texts], mode="target_only"
-        )
-        for text, result in zip(texts, results, strict=True):
-            self._ends[text] = result.num_output_tokens if result.finish_reason == "stop" else None
+        with tqdm(total=len(texts), desc="output lengths", unit="prompt") as progress:
+            for first in range(0, len(texts), LEARN_ROWS):
+                chunk = texts[first : first + LEARN_ROWS]
+                results = engine.generate(
+                    [GenerationRequest(text, max_new_tokens=asked[text]) for text in chunk],
+                    mode="target_only",
+                )
+                for text, result in zip(chunk, results, strict=True):
+                    self._ends[text] = result.num_output_tokens if result.finish_reason == "stop" else None
+                progress.update(len(chunk))
         ended = sum(end is not None for end in self._ends.values())
         logger.info("output lengths: %d of %d prompts end before their max_tokens", ended, len(self._ends))
 
