@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         "--workloads", nargs="+", default=["infobench", "heavy"], choices=["infobench", "heavy"]
     )
     parser.add_argument("--speeds", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    parser.add_argument("--infobench-rates", type=float, nargs="+", default=[6.0, 9.0, 12.0, 16.0])
-    parser.add_argument("--heavy-rates", type=float, nargs="+", default=[3.0, 5.0, 7.0, 9.0])
+    parser.add_argument("--infobench-rates", type=float, nargs="+", default=[1.5, 3.0, 4.5, 6.0])
+    parser.add_argument("--heavy-rates", type=float, nargs="+", default=[0.75, 1.5, 2.25, 3.0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_slow_machine.json")
