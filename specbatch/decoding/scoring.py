@@ -1,9 +1,12 @@
 """Multiple-choice scoring: which label does the target find most likely after a prompt?
 
-One prefill per batch and no decoding: when every label is a single token, the
-prompts alone are fed and each label is read off the last position's
-log-probabilities; otherwise every (prompt, label) pair is one row of the same
-single forward pass and a label scores the sum of its tokens' log-probabilities.
+One prefill per batch and no decoding; a label scores the sum of its tokens'
+log-probabilities after the prompt. When a prompt's labels differ only in their last
+token (" A", " B", ... are one token each in most tokenizers, or a shared lead such
+as a space followed by the letter in others), the prompt and that shared lead are fed
+once as one row and every label is read off its last positions: the same logits the
+label's own row would compute, at the cost of one prompt instead of one per label.
+Otherwise every (prompt, label) pair is one row of the same forward pass.
 The prompt must already end with the answer cue (e.g. ``Answer:``); labels are
 scored exactly as given, so pass the form that follows the cue (``" A"`` or ``"A"``).
 """
@@ -66,32 +69,35 @@ def score_choices(
     ]
     prompt_ids = [ids for ids, _ in checked]
     label_ids = [row_ids for _, row_ids in checked]
-    if all(len(t) == 1 for row_ids in label_ids for t in row_ids):
-        rows = prompt_ids
-        logprob_rows = _forward_logprobs(pair, rows, [[len(ids) - 1] for ids in rows])
-        scores = [
-            {label: float(lp[0, t[0]]) for label, t in zip(row, row_ids, strict=True)}
-            for lp, row, row_ids in zip(logprob_rows, labels, label_ids, strict=True)
-        ]
-    else:
-        rows, reads, owners = [], [], []
-        for index, (ids, row_ids) in enumerate(zip(prompt_ids, label_ids, strict=True)):
-            for t in row_ids:
-                rows.append(ids + t)
-                reads.append(list(range(len(ids) - 1, len(ids) - 1 + len(t))))
-                owners.append((index, t))
-        logprob_rows = _forward_logprobs(pair, rows, reads)
-        sums = [
-            float(lp.gather(-1, torch.tensor(t).unsqueeze(-1)).sum())
-            for lp, (_, t) in zip(logprob_rows, owners, strict=True)
-        ]
-        scores = [{} for _ in prompts]
-        position = 0
-        for index, row in enumerate(labels):
-            for label in row:
-                scores[index][label] = sums[position]
-                position += 1
+    rows, reads, owners = [], [], []  # owners: (prompt index, label, row, label's token ids)
+    for index, (ids, row_ids) in enumerate(zip(prompt_ids, label_ids, strict=True)):
+        lead = _shared_lead(row_ids)
+        if lead is not None:  # one row: the prompt and the lead, each label at its last token
+            rows.append(ids + lead)
+            reads.append(list(range(len(ids) - 1, len(ids) + len(lead))))
+            owners.extend(
+                (index, label, len(rows) - 1, t) for label, t in zip(labels[index], row_ids, strict=True)
+            )
+            continue
+        for label, t in zip(labels[index], row_ids, strict=True):
+            rows.append(ids + t)
+            reads.append(list(range(len(ids) - 1, len(ids) - 1 + len(t))))
+            owners.append((index, label, len(rows) - 1, t))
+    logprob_rows = _forward_logprobs(pair, rows, reads)
+    scores: list[dict[str, float]] = [{} for _ in prompts]
+    for index, label, row, t in owners:
+        read = logprob_rows[row][: len(t)]
+        scores[index][label] = float(read.gather(-1, torch.tensor(t).unsqueeze(-1)).sum())
     return [ChoiceScores(best=max(s, key=lambda label: s[label]), logprobs=s) for s in scores]
+
+
+def _shared_lead(row_ids: list[list[int]]) -> list[int] | None:
+    """The tokens every label starts with when each label is that lead and one more
+    token (distinct labels, so distinct last tokens); None otherwise."""
+    lead = row_ids[0][:-1]
+    if all(len(t) == len(lead) + 1 and t[:-1] == lead for t in row_ids):
+        return lead
+    return None
 
 
 def _forward_logprobs(pair: ModelPair, rows: list[list[int]], reads: list[list[int]]) -> list[torch.Tensor]:

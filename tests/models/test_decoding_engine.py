@@ -20,6 +20,7 @@ from specbatch.decoding import (
     UnrunnableRequestError,
     load_model_pair,
     pair_from_models,
+    scoring,
 )
 from specbatch.decoding.engine import STEP_SECONDS_SMOOTHING
 from specbatch.decoding.tiny import random_qwen3
@@ -241,6 +242,25 @@ def test_score_choices_picks_the_label_the_target_likes_best(pair) -> None:
         engine.score_choices(["q"], [[]])
     with pytest.raises(ValueError, match="label lists"):
         engine.score_choices(["q", "r"], [[" A"]])
+
+
+def test_labels_that_differ_in_their_last_token_share_one_row_per_prompt(pair, monkeypatch) -> None:
+    """ " A", " B", ... tokenize here as a space and the letter: the prompt and the space are
+    fed once, not once per label; labels of different shapes still get a row each."""
+    fed = []
+    forward = scoring._forward_logprobs
+
+    def counting(pair, rows, reads):
+        fed.append([len(row) for row in rows])
+        return forward(pair, rows, reads)
+
+    monkeypatch.setattr(scoring, "_forward_logprobs", counting)
+    question = "Choices:\nA. heart\nB. liver\nAnswer:"
+    prompt = len(pair.tokenizer.encode(question, add_special_tokens=False))
+    a, b = (pair.tokenizer.encode(label, add_special_tokens=False) for label in (" A", " B"))
+    assert len(a) == len(b) == 2 and a[0] == b[0]
+    Engine(pair).score_choices([question, question], [[" A", " B", " C", " D"], [" A heart", " B"]])
+    assert fed == [[prompt + 1, prompt + 5, prompt + 2]]
 
 
 def test_pairs_with_different_vocabularies_are_refused(tmp_path, monkeypatch, tokenizer) -> None:
