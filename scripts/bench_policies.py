@@ -51,6 +51,7 @@ and markdown tables (stdout and --markdown).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -472,6 +473,14 @@ def by_batch(delta: dict[str, float]) -> dict[str, dict[str, float]]:
     return {rows: figures for rows, figures in buckets.items() if figures["steps"]}
 
 
+@functools.cache
+def server_log_dir() -> Path:
+    """One directory for every server log of this run, kept for a look after it."""
+    path = Path(tempfile.mkdtemp(prefix="bench_policies_logs_"))
+    logger.info("server logs in %s", path)
+    return path
+
+
 def start_server(setup: Setup, name: str) -> TritonProcess:
     options = ServerOptions(
         root=setup.options.get("root", ROOT),
@@ -483,7 +492,7 @@ def start_server(setup: Setup, name: str) -> TritonProcess:
         only_model=setup.options.get("only_model"),
     )
     process = TritonProcess(options)
-    process.start(Path(tempfile.mkdtemp(prefix="bench_policies_")) / f"{name}.log")
+    process.start(server_log_dir() / f"{name}.log")
     process.wait_ready(300)
     return process
 

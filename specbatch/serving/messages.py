@@ -218,7 +218,7 @@ def decode(data: dict[str, Any]) -> Message:
         raise MessageError(f"unknown message type {data['type']!r}")
     try:
         return kind.from_wire(data)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a field of the wrong shape
         raise MessageError(f"malformed {data['type']} message: {exc!r}") from None
 
 

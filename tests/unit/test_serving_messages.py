@@ -150,6 +150,8 @@ def test_a_hello_without_a_pid_or_device_still_names_its_instance():
         ({"type": "run", "rows": [{"row": 1}]}, "malformed run"),
         ({"type": "step", "first": [], "deltas": [[1]], "load": {}}, "malformed step"),
         ({"type": "done", "row": 1, "outcome": {}}, "malformed done"),
+        ({"type": "step", "first": [], "deltas": [], "load": []}, "malformed step"),
+        ({"type": "step", "first": [], "deltas": [], "load": {"batch_steps": [1]}}, "malformed step"),
     ],
 )
 def test_frames_that_are_no_message_of_the_protocol_are_message_errors(data, message):
