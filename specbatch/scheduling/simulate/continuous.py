@@ -41,7 +41,7 @@ class StepCosts:
     per_token_s: float = 0.0
 
     def step_s(self, rows: int, prefill_tokens: int) -> float:
-        decode = rows * (self.per_row_s + self.per_token_s * self.tokens(rows)) if rows else 0.0
+        decode = rows * (self.per_row_s + self.per_token_s * self.tokens(rows))
         return self.base_s + decode + self.per_prefill_token_s * prefill_tokens
 
     def tokens(self, rows: int) -> float:
