@@ -64,7 +64,9 @@ admission decisions, taken per instance whenever it reports its state:
   more than run, and a short prompt arriving beside long rows waits for a long row to
   end (and may be refused). With ``start_beside``, a prompt whose whole service fits in
   the slack every running row has left of its finish budget (less what prompts started
-  so took) starts at once beside them, within the instance's rows and memory.
+  so took) starts at once beside them, within the instance's rows and memory; a row that
+  will end past its budget guards the slack it has left of twice that budget, as b_SLA's
+  pace does, and one past both guards none.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to
@@ -614,12 +616,20 @@ class AdmissionPolicy:
 
     def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float) -> float:
         """Seconds a running row has to spare: from its predicted end (its start, its
-        prefill and its predicted tokens at ``tpot``) to its finish budget's end."""
+        prefill and its predicted tokens at ``tpot``) to the end of its finish budget, or,
+        for a row that will end past it, of twice that budget (either no later than its
+        client's deadline): the promises b_SLA's pace keeps to such rows. A row past both
+        has no promise left to keep, and no slack to guard (infinite)."""
         request = row.request
-        due_s = request.arrival_s + self.config.finish_budget_s(request.predicted_tokens)
-        if request.deadline_s is not None:
-            due_s = min(due_s, request.deadline_s)
-        return due_s - max(now_s, row.start_s + self._service_s(request, tpot))
+        budget_s = self.config.finish_budget_s(request.predicted_tokens)
+        end_s = max(now_s, row.start_s + self._service_s(request, tpot))
+        for budgets in (1.0, 2.0):
+            due_s = request.arrival_s + budgets * budget_s
+            if request.deadline_s is not None:
+                due_s = min(due_s, request.deadline_s)
+            if due_s >= end_s:
+                return due_s - end_s
+        return math.inf
 
     # ---- internals --------------------------------------------------------------------
 

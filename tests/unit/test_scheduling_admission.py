@@ -186,16 +186,43 @@ def test_without_start_beside_a_prompt_waits_for_b_slas_rows_and_is_refused_when
         admission.enqueue(request("short", predicted=10))
 
 
-def test_no_prompt_starts_beside_rows_that_have_no_slack_left():
-    admission = b_sla_held_to_three_rows_running_them()
-    # at 20 ms a token the long rows end at 4.005 s, past their 2.5 s: none has slack
+def slowed_to(admission: AdmissionPolicy, seconds_per_token: float) -> None:
+    """Eight reports of the instance's three rows running at ``seconds_per_token``."""
     for _ in range(8):
         admission.report(
-            "a", InstanceLoad(running=3, blocks_total=1000, blocks_free=900, seconds_per_token=0.02)
+            "a",
+            InstanceLoad(running=3, blocks_total=1000, blocks_free=900, seconds_per_token=seconds_per_token),
         )
+
+
+def test_rows_past_their_budget_guard_the_slack_they_have_left_of_twice_it():
+    # at 20 ms a token the long rows end at 4.005 s: past their 2.5 s budget, 0.995 s
+    # within twice it, the promise b_SLA's pace keeps to such rows
+    admission = b_sla_held_to_three_rows_running_them()
+    slowed_to(admission, 0.02)
     assert admission.capacity("a").rows_allowed < 3
+    admission.enqueue(request("45 tokens", predicted=45))  # 0.905 s of service: it fits
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["45 tokens"]
+
+    admission = b_sla_held_to_three_rows_running_them()
+    slowed_to(admission, 0.02)
+    admission.enqueue(request("short", predicted=10))  # 0.205 s of the 0.995 s
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["short"]
+    # 0.79 s left: the 45-token prompt would push the long rows past twice their budget,
+    # and no slot frees before its own SLA is lost
     with pytest.raises(QueueFullError, match="start too late"):
-        admission.enqueue(request("short", predicted=10))
+        admission.enqueue(request("45 tokens", predicted=45))
+
+
+def test_rows_past_twice_their_budget_guard_no_slack():
+    # at 50 ms a token the long rows end at 10.005 s, past twice their budget (5 s):
+    # nothing is promised to them any more; a short prompt that makes its own SLA
+    # started now starts beside them, and then guards its own slack
+    admission = b_sla_held_to_three_rows_running_them()
+    slowed_to(admission, 0.05)
+    for key in ("short 1", "short 2"):
+        admission.enqueue(request(key, predicted=10))  # 0.505 s of its 0.6 s budget
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["short 1"]
 
 
 def test_a_request_no_instance_may_start_is_refused_at_once_not_queued_forever():
