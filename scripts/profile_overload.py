@@ -1,0 +1,102 @@
+"""Profile the prompt-heavy overload: which admitted requests end late, and what their
+instance was doing meanwhile.
+
+bench_policies.py reports the overload's admitted e2e p99 over the SLA; this script runs
+that one cell (a set-up on `mixed` at twice its capacity, the overload's seed) on a real
+tritonserver and keeps what the table cannot: every answer's times, the decode pace of
+the latest ones, and the scheduler's step and cycle counters per instance sampled every
+0.25 s (cycle seconds beyond step seconds are what stalled the rows between steps).
+
+    .venv/bin/python scripts/profile_overload.py --setup least_slack --out /tmp/overload.json
+    .venv/bin/python scripts/profile_overload.py --setup start_beside --rate 15.4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import bench_policies as bp
+
+SAMPLED_METRICS = ("specbatch_step_seconds_total", "specbatch_cycle_seconds_total", "specbatch_running_rows")
+
+
+def sample_counters(url: str, samples: list, stop: threading.Event) -> None:
+    """The scheduler's per-instance counters, every 0.25 s until ``stop``."""
+    started = time.monotonic()
+    while not stop.is_set():
+        try:
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+        except OSError:
+            text = ""
+        lines = [line for line in text.splitlines() if line.startswith(SAMPLED_METRICS)]
+        samples.append((time.monotonic() - started, lines))
+        stop.wait(0.25)
+
+
+def latest_answers(arrivals: list, records: list[dict], args: argparse.Namespace, count: int) -> list[dict]:
+    """The ``count`` answers latest against their SLA, with the pace they decoded at."""
+    served = [r for r in records if r["id"] is not None]
+    for record in served:
+        arrival = arrivals[record["id"]]
+        record["over_sla"] = record["e2e_s"] / bp.e2e_sla_s(arrival, args)
+        tokens = max(1, record["output_tokens"] - 1)
+        record["decode_s_per_token"] = (record["e2e_s"] - record["ttft_s"]) / tokens
+        record["max_tokens"] = arrival.max_tokens
+    return sorted(served, key=lambda r: r["over_sla"])[-count:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    served = [s.name for s in bp.SETUPS if s.name != bp.TRITON_BATCHING.name]
+    parser.add_argument("--setup", default="least_slack", choices=served)
+    parser.add_argument("--rate", type=float, help="offered req/s (default: twice the set-up's capacity)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latest", type=int, default=10, help="answers to print, latest against their SLA")
+    parser.add_argument("--out", type=Path, default=Path("results/profile_overload.json"))
+    cli = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    args = argparse.Namespace(
+        **bp.QUICK, seed=cli.seed, short_share=0.6, sla_ttft_s=2.0, sla_base_s=0.5, sla_per_token_s=0.01,
+        probe_doublings=2, memory_budget_gb=0.01, memory_loads=[1.0], load_reference="least_slack", rounds=1,
+    )  # fmt: skip
+    mixed = next(w for w in bp.workloads(args) if w.name == "mixed")
+    setup = next(s for s in bp.SETUPS if s.name == cli.setup)
+    session = bp.Session(setup, f"profile-{setup.name}", mixed.env, args)
+    try:
+        rate = cli.rate or bp.PROMPT_HEAVY_LOAD * session.capacity(mixed, 10.0)["throughput_rps"]
+        arrivals = mixed.build(rate, args.duration, bp.arrival_seed(args, 0, bp.OVERLOAD_SEED_OFFSET))
+        samples: list = []
+        stop = threading.Event()
+        sampler = threading.Thread(target=sample_counters, args=(session.process.metrics_url, samples, stop))
+        sampler.start()
+        records = bp.drive(session.process.grpc_url, session.setup, arrivals, timeout_s=args.drain)
+        stop.set()
+        sampler.join()
+    finally:
+        session.close()
+    row = bp.summarise(session.setup, rate, arrivals, records, args)
+    print(
+        f"{setup.name} at {rate:.2f} req/s: {row['completed']} of {row['offered']} admitted, "
+        f"{row['errors']} refused, admitted e2e p99 {row['e2e_over_sla_p99']:.2f}x the SLA, "
+        f"goodput {row['goodput_rps']:.2f} req/s"
+    )
+    for r in latest_answers(arrivals, records, args, cli.latest):
+        print(
+            f"  {r['over_sla']:.2f}x SLA: {r['output_tokens']} of {r['max_tokens']} tokens, "
+            f"{r['input_tokens']} in, first token {r['ttft_s']:.2f} s, end {r['e2e_s']:.2f} s, "
+            f"{1000 * r['decode_s_per_token']:.1f} ms a token, {r['instance']}"
+        )
+    cli.out.parent.mkdir(parents=True, exist_ok=True)
+    cli.out.write_text(json.dumps({"rate": rate, "summary": row, "records": records, "samples": samples}))
+
+
+if __name__ == "__main__":
+    main()
