@@ -23,7 +23,14 @@ from pathlib import Path
 
 import bench_policies as bp
 
-SAMPLED_METRICS = ("specbatch_step_seconds_total", "specbatch_cycle_seconds_total", "specbatch_running_rows")
+SAMPLED_METRICS = (
+    "specbatch_step_seconds_total",
+    "specbatch_cycle_seconds_total",
+    "specbatch_running_rows",
+    "specbatch_batch_",  # steps, row-steps, tokens and prefilled tokens per batch-size bucket
+    "specbatch_b_sla",  # b_SLA and the pace it holds the instance to
+)
+TIMELINE_STEP_S = 2.0  # seconds between the lines of an instance's pace timeline
 
 
 def sample_counters(url: str, samples: list, stop: threading.Event) -> None:
@@ -37,6 +44,52 @@ def sample_counters(url: str, samples: list, stop: threading.Event) -> None:
         lines = [line for line in text.splitlines() if line.startswith(SAMPLED_METRICS)]
         samples.append((time.monotonic() - started, lines))
         stop.wait(0.25)
+
+
+def instance_value(lines: list[str], name: str, instance: str) -> float | None:
+    """A metric's value for one instance, summed over its other labels (buckets)."""
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith(name + "{") and f'instance="{instance}"' in line
+    ]
+    return sum(values) if values else None
+
+
+def pace_timeline(samples: list, instance: str) -> list[str]:
+    """One line per TIMELINE_STEP_S of an instance's run: the pace its rows decoded at
+    (cycle seconds a step over the tokens a row committed a step) against the pace b_SLA
+    held it to, b_SLA, rows a step, and prompt tokens prefilled a second: whether b_SLA
+    holds the pace it targets, and what the steps spent on prompts meanwhile."""
+    names = (
+        "specbatch_cycle_seconds_total",
+        "specbatch_batch_steps_total",
+        "specbatch_batch_row_steps_total",
+        "specbatch_batch_tokens_total",
+        "specbatch_batch_prefill_tokens_total",
+    )
+    lines: list[str] = []
+    previous = None
+    for at_s, rows in samples:
+        totals = [instance_value(rows, name, instance) for name in names]
+        if None in totals:
+            continue
+        if previous is not None and at_s - previous[0] < TIMELINE_STEP_S:
+            continue
+        if previous is not None:
+            deltas = (a - b for a, b in zip(totals, previous[1], strict=True))
+            cycle_s, steps, row_steps, tokens, prefill = deltas
+            span_s = at_s - previous[0]
+            pace = cycle_s / steps / (tokens / row_steps) if steps and tokens else float("nan")
+            target = instance_value(rows, "specbatch_b_sla_pace_seconds", instance) or float("nan")
+            b_sla = instance_value(rows, "specbatch_b_sla", instance) or float("nan")
+            lines.append(
+                f"  {at_s:5.1f} s: {1000 * pace:5.1f} ms a token (b_SLA's pace {1000 * target:5.1f}), "
+                f"b_SLA {b_sla:.0f}, {row_steps / max(steps, 1):4.1f} rows a step, "
+                f"{steps / span_s:4.1f} steps/s, {prefill / span_s:5.0f} prompt tokens/s"
+            )
+        previous = (at_s, totals)
+    return lines
 
 
 def latest_answers(arrivals: list, records: list[dict], args: argparse.Namespace, count: int) -> list[dict]:
@@ -94,6 +147,10 @@ def main() -> None:
             f"{r['input_tokens']} in, first token {r['ttft_s']:.2f} s, end {r['e2e_s']:.2f} s, "
             f"{1000 * r['decode_s_per_token']:.1f} ms a token, {r['instance']}"
         )
+    instances = sorted({r["instance"] for r in records if r.get("instance")})
+    for instance in instances:
+        print(instance)
+        print("\n".join(pace_timeline(samples, instance)))
     cli.out.parent.mkdir(parents=True, exist_ok=True)
     cli.out.write_text(json.dumps({"rate": rate, "summary": row, "records": records, "samples": samples}))
 

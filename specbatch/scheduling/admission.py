@@ -566,11 +566,14 @@ class AdmissionPolicy:
         the prompts already started beside them took), it delays none past its SLA. A
         first-come batcher starts such prompts at once; held to b_SLA's rows they would
         wait for a long row to end, and be refused. Only a prompt that makes its own SLA
-        started now, within the instance's rows and memory, with b_SLA on."""
+        started now, within the instance's rows and memory, with b_SLA on. The rows are
+        priced at the slower of this instance's own pace and the fleet's: an instance
+        slowed by its rows or its neighbours ends its rows later than the fleet's mean
+        says, and a prompt started beside them on that mean breaks their promise."""
         cfg = self.config
         if not self._starts_beside or not instance.running:
             return []
-        tpot = self._tpot_estimate()
+        tpot = max(self._tpot_estimate(), instance.load.seconds_per_token)
         rows = instance.running.values()
         budget_s = min(self._row_slack(row, now_s, tpot) for row in rows) - sum(r.beside_s for r in rows)
         headroom = self._headroom(instance)

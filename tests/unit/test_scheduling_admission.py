@@ -214,6 +214,21 @@ def test_rows_past_their_budget_guard_the_slack_they_have_left_of_twice_it():
         admission.enqueue(request("45 tokens", predicted=45))
 
 
+def test_rows_are_priced_at_their_own_instances_pace_when_it_is_slower_than_the_fleets():
+    # at 12 ms a token the long rows end at 2.405 s, 0.095 s within their budget; the
+    # fleet's mean (a beside an idle instance b at 4 ms a token) would say 1.605 s
+    admission = b_sla_held_to_three_rows_running_them()
+    admission.add_instance("b", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.004))
+    for _ in range(8):
+        admission.report(
+            "a", InstanceLoad(running=3, blocks_total=1000, blocks_free=900, seconds_per_token=0.012)
+        )
+    assert admission.capacity("a").rows_allowed < 3
+    admission.enqueue(request("short", predicted=10))  # 0.125 s at a's pace, 0.085 s at the mean
+    assert admission.admit("a", 0.0) == []
+    assert [r.request_id for r in admission.admit("b", 0.0)] == ["short"]
+
+
 def test_rows_past_twice_their_budget_guard_no_slack():
     # at 50 ms a token the long rows end at 10.005 s, past twice their budget (5 s):
     # nothing is promised to them any more; a short prompt that makes its own SLA
