@@ -9,6 +9,10 @@ the latest ones, and the scheduler's step and cycle counters per instance sample
 
     .venv/bin/python scripts/profile_overload.py --setup least_slack --out /tmp/overload.json
     .venv/bin/python scripts/profile_overload.py --setup start_beside --rate 15.4
+    .venv/bin/python scripts/profile_overload.py --workload memory --rate 2.94
+
+Another workload of bench_policies.py (``--workload``) runs the same way, at its own
+capacity's multiple or at ``--rate``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ SAMPLED_METRICS = (
     "specbatch_step_seconds_total",
     "specbatch_cycle_seconds_total",
     "specbatch_running_rows",
+    "specbatch_waiting_rows",
     "specbatch_batch_",  # steps, row-steps, tokens and prefilled tokens per batch-size bucket
     "specbatch_b_sla",  # b_SLA and the pace it holds the instance to
 )
@@ -59,7 +64,8 @@ def instance_value(lines: list[str], name: str, instance: str) -> float | None:
 def pace_timeline(samples: list, instance: str) -> list[str]:
     """One line per TIMELINE_STEP_S of an instance's run: the pace its rows decoded at
     (cycle seconds a step over the tokens a row committed a step) against the pace b_SLA
-    held it to, b_SLA, rows a step, and prompt tokens prefilled a second: whether b_SLA
+    held it to, b_SLA, rows a step (and rows sent to the engine still waiting for its KV
+    blocks, at the line's end), and prompt tokens prefilled a second: whether b_SLA
     holds the pace it targets, and what the steps spent on prompts meanwhile."""
     names = (
         "specbatch_cycle_seconds_total",
@@ -83,9 +89,10 @@ def pace_timeline(samples: list, instance: str) -> list[str]:
             pace = cycle_s / steps / (tokens / row_steps) if steps and tokens else float("nan")
             target = instance_value(rows, "specbatch_b_sla_pace_seconds", instance) or float("nan")
             b_sla = instance_value(rows, "specbatch_b_sla", instance) or float("nan")
+            waiting = instance_value(rows, "specbatch_waiting_rows", instance) or 0.0
             lines.append(
                 f"  {at_s:5.1f} s: {1000 * pace:5.1f} ms a token (b_SLA's pace {1000 * target:5.1f}), "
-                f"b_SLA {b_sla:.0f}, {row_steps / max(steps, 1):4.1f} rows a step, "
+                f"b_SLA {b_sla:.0f}, {row_steps / max(steps, 1):4.1f} rows a step ({waiting:.0f} waiting), "
                 f"{steps / span_s:4.1f} steps/s, {prefill / span_s:5.0f} prompt tokens/s"
             )
         previous = (at_s, totals)
@@ -110,6 +117,7 @@ def main() -> None:
     )
     served = [s.name for s in bp.SETUPS if s.name != bp.TRITON_BATCHING.name]
     parser.add_argument("--setup", default="least_slack", choices=served)
+    parser.add_argument("--workload", default="mixed", choices=["infobench", "mixed", "heavy", "memory"])
     parser.add_argument("--rate", type=float, help="offered req/s (default: twice the set-up's capacity)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--latest", type=int, default=10, help="answers to print, latest against their SLA")
@@ -120,12 +128,12 @@ def main() -> None:
         **bp.QUICK, seed=cli.seed, short_share=0.6, sla_ttft_s=2.0, sla_base_s=0.5, sla_per_token_s=0.01,
         probe_doublings=2, memory_budget_gb=0.01, memory_loads=[1.0], load_reference="least_slack", rounds=1,
     )  # fmt: skip
-    mixed = next(w for w in bp.workloads(args) if w.name == "mixed")
+    workload = next(w for w in bp.workloads(args) if w.name == cli.workload)
     setup = next(s for s in bp.SETUPS if s.name == cli.setup)
-    session = bp.Session(setup, f"profile-{setup.name}", mixed.env, args)
+    session = bp.Session(setup, f"profile-{setup.name}", workload.env, args)
     try:
-        rate = cli.rate or bp.PROMPT_HEAVY_LOAD * session.capacity(mixed, 10.0)["throughput_rps"]
-        arrivals = mixed.build(rate, args.duration, bp.arrival_seed(args, 0, bp.OVERLOAD_SEED_OFFSET))
+        rate = cli.rate or bp.PROMPT_HEAVY_LOAD * session.capacity(workload, 10.0)["throughput_rps"]
+        arrivals = workload.build(rate, args.duration, bp.arrival_seed(args, 0, bp.OVERLOAD_SEED_OFFSET))
         samples: list = []
         stop = threading.Event()
         sampler = threading.Thread(target=sample_counters, args=(session.process.metrics_url, samples, stop))

@@ -64,9 +64,11 @@ admission decisions, taken per instance whenever it reports its state:
   more than run, and a short prompt arriving beside long rows waits for a long row to
   end (and may be refused). With ``start_beside``, a prompt whose whole service fits in
   the slack every running row has left of its finish budget (less what prompts started
-  so took) starts at once beside them, within the instance's rows and memory; a row that
-  will end past its budget guards the slack it has left of twice that budget, as b_SLA's
-  pace does, and one past both guards none.
+  so took) starts at once beside them, within the instance's rows and memory. Where
+  b_SLA holds the instance to the paces its rows afford, a row that will end past its
+  budget guards the slack it has left of twice that budget, as b_SLA's pace does, and
+  one past both guards none; where it holds the instance to the allowance, a row that
+  will end past its budget lets nothing start beside it.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to
@@ -575,7 +577,9 @@ class AdmissionPolicy:
             return []
         tpot = max(self._tpot_estimate(), instance.load.seconds_per_token)
         rows = instance.running.values()
-        budget_s = min(self._row_slack(row, now_s, tpot) for row in rows) - sum(r.beside_s for r in rows)
+        budgets = (1.0,) if self._holds_allowance(instance) else (1.0, 2.0)
+        slack_s = min(self._row_slack(row, now_s, tpot, budgets) for row in rows)
+        budget_s = slack_s - sum(r.beside_s for r in rows)
         headroom = self._headroom(instance)
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
         picked: list[tuple[QueuedRequest, float]] = []
@@ -617,22 +621,26 @@ class AdmissionPolicy:
         cfg = self.config
         return cfg.start_beside and cfg.sla_aware and cfg.order == "least_slack"
 
-    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float) -> float:
+    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float, budgets: tuple[float, ...]) -> float:
         """Seconds a running row has to spare: from its predicted end (its start, its
-        prefill and its predicted tokens at ``tpot``) to the end of its finish budget, or,
-        for a row that will end past it, of twice that budget (either no later than its
-        client's deadline): the promises b_SLA's pace keeps to such rows. A row past both
-        has no promise left to keep, and no slack to guard (infinite)."""
+        prefill and its predicted tokens at ``tpot``) to the end of the first of
+        ``budgets`` (multiples of its finish budget, each no later than its client's
+        deadline) that it still makes: the promises b_SLA's pace keeps to it. Held to the
+        allowance, b_SLA keeps one, the budget itself, and a row that will end past it
+        shows an instance slower than that pace: it guards all it has (none to spare).
+        Held to the pace its rows can afford, b_SLA keeps twice the budget to a row that
+        cannot make the budget at the floor, and a row past both has no promise left to
+        keep and no slack to guard (infinite)."""
         request = row.request
         budget_s = self.config.finish_budget_s(request.predicted_tokens)
         end_s = max(now_s, row.start_s + self._service_s(request, tpot))
-        for budgets in (1.0, 2.0):
-            due_s = request.arrival_s + budgets * budget_s
+        for multiple in budgets:
+            due_s = request.arrival_s + multiple * budget_s
             if request.deadline_s is not None:
                 due_s = min(due_s, request.deadline_s)
             if due_s >= end_s:
                 return due_s - end_s
-        return math.inf
+        return 0.0 if budgets == (1.0,) else math.inf
 
     # ---- internals --------------------------------------------------------------------
 
@@ -692,19 +700,27 @@ class AdmissionPolicy:
         the SLA's per-token allowance before a row runs, always with ``"allowance"``,
         and with ``"allowance_in_reach"`` while one row alone was measured to reach it."""
         cfg = self.config
+        if not instance.running or self._holds_allowance(instance):
+            return cfg.pace_s
         floor = None if instance.sla is None else instance.sla.floor_s
-        if cfg.b_sla_pace == "allowance" or not instance.running:
-            return cfg.pace_s
-        if cfg.b_sla_pace == "allowance_in_reach" and (
-            floor is None or floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE)
-        ):
-            return cfg.pace_s
         affordable = [row.affordable_paces_s for row in instance.running.values()]
         if cfg.b_sla_pace == "slack" and self._predicted.count:
             affordable.append(self._newcomer_paces_s())
         reachable = [next((pace for pace in paces if pace >= (floor or 0.0)), None) for paces in affordable]
         saved = [pace for pace in reachable if pace is not None]
         return min(cfg.tpot_sla_s, *saved) if saved else cfg.tpot_sla_s
+
+    def _holds_allowance(self, instance: _Instance) -> bool:
+        """Whether b_SLA holds the instance to the SLA's per-token allowance (always with
+        ``"allowance"``; with ``"allowance_in_reach"`` while one row alone reaches it),
+        rather than to the paces its rows can afford."""
+        cfg = self.config
+        if cfg.b_sla_pace == "allowance":
+            return True
+        floor = None if instance.sla is None else instance.sla.floor_s
+        return cfg.b_sla_pace == "allowance_in_reach" and (
+            floor is None or floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE)
+        )
 
     def _newcomer_paces_s(self) -> tuple[float, float]:
         """The paces a long prompt of the mix (two standard deviations above the mean

@@ -196,15 +196,16 @@ def slowed_to(admission: AdmissionPolicy, seconds_per_token: float) -> None:
 
 
 def test_rows_past_their_budget_guard_the_slack_they_have_left_of_twice_it():
-    # at 20 ms a token the long rows end at 4.005 s: past their 2.5 s budget, 0.995 s
-    # within twice it, the promise b_SLA's pace keeps to such rows
-    admission = b_sla_held_to_three_rows_running_them()
+    # held to the paces its rows afford (b_sla_pace "slack"), at 20 ms a token the long
+    # rows end at 4.005 s: past their 2.5 s budget, 0.995 s within twice it, the promise
+    # b_SLA's pace keeps to such rows
+    admission = b_sla_held_to_three_rows_running_them(b_sla_pace="slack")
     slowed_to(admission, 0.02)
     assert admission.capacity("a").rows_allowed < 3
     admission.enqueue(request("45 tokens", predicted=45))  # 0.905 s of service: it fits
     assert [r.request_id for r in admission.admit("a", 0.0)] == ["45 tokens"]
 
-    admission = b_sla_held_to_three_rows_running_them()
+    admission = b_sla_held_to_three_rows_running_them(b_sla_pace="slack")
     slowed_to(admission, 0.02)
     admission.enqueue(request("short", predicted=10))  # 0.205 s of the 0.995 s
     assert [r.request_id for r in admission.admit("a", 0.0)] == ["short"]
@@ -229,11 +230,22 @@ def test_rows_are_priced_at_their_own_instances_pace_when_it_is_slower_than_the_
     assert [r.request_id for r in admission.admit("b", 0.0)] == ["short"]
 
 
+def test_held_to_the_allowance_a_row_past_its_budget_lets_nothing_start_beside_it():
+    # b_SLA holds the instance to the 10 ms allowance (no row alone was measured slower):
+    # at 20 ms a token the long rows will end past their budget, so the instance runs
+    # slower than its pace, and a prompt started beside them would only slow it more
+    admission = b_sla_held_to_three_rows_running_them()
+    slowed_to(admission, 0.02)
+    assert admission.capacity("a").pace_s == pytest.approx(0.01)
+    with pytest.raises(QueueFullError, match="start too late"):
+        admission.enqueue(request("short", predicted=10))
+
+
 def test_rows_past_twice_their_budget_guard_no_slack():
     # at 50 ms a token the long rows end at 10.005 s, past twice their budget (5 s):
     # nothing is promised to them any more; a short prompt that makes its own SLA
     # started now starts beside them, and then guards its own slack
-    admission = b_sla_held_to_three_rows_running_them()
+    admission = b_sla_held_to_three_rows_running_them(b_sla_pace="slack")
     slowed_to(admission, 0.05)
     for key in ("short 1", "short 2"):
         admission.enqueue(request(key, predicted=10))  # 0.505 s of its 0.6 s budget
