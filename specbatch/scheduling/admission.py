@@ -577,8 +577,8 @@ class AdmissionPolicy:
             return []
         tpot = max(self._tpot_estimate(), instance.load.seconds_per_token)
         rows = instance.running.values()
-        budgets = (1.0,) if self._holds_allowance(instance) else (1.0, 2.0)
-        slack_s = min(self._row_slack(row, now_s, tpot, budgets) for row in rows)
+        keeps_twice = not self._holds_allowance(instance)
+        slack_s = min(self._row_slack(row, now_s, tpot, keeps_twice) for row in rows)
         budget_s = slack_s - sum(r.beside_s for r in rows)
         headroom = self._headroom(instance)
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
@@ -621,11 +621,11 @@ class AdmissionPolicy:
         cfg = self.config
         return cfg.start_beside and cfg.sla_aware and cfg.order == "least_slack"
 
-    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float, budgets: tuple[float, ...]) -> float:
+    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float, keeps_twice: bool) -> float:
         """Seconds a running row has to spare: from its predicted end (its start, its
-        prefill and its predicted tokens at ``tpot``) to the end of the first of
-        ``budgets`` (multiples of its finish budget, each no later than its client's
-        deadline) that it still makes: the promises b_SLA's pace keeps to it. Held to the
+        prefill and its predicted tokens at ``tpot``) to the end of its finish budget or,
+        where b_SLA ``keeps_twice`` it to a late row, of twice that budget (each no later
+        than its client's deadline): the promises b_SLA's pace keeps to it. Held to the
         allowance, b_SLA keeps one, the budget itself, and a row that will end past it
         shows an instance slower than that pace: it guards all it has (none to spare).
         Held to the pace its rows can afford, b_SLA keeps twice the budget to a row that
@@ -634,13 +634,13 @@ class AdmissionPolicy:
         request = row.request
         budget_s = self.config.finish_budget_s(request.predicted_tokens)
         end_s = max(now_s, row.start_s + self._service_s(request, tpot))
-        for multiple in budgets:
+        for multiple in (1.0, 2.0) if keeps_twice else (1.0,):
             due_s = request.arrival_s + multiple * budget_s
             if request.deadline_s is not None:
                 due_s = min(due_s, request.deadline_s)
             if due_s >= end_s:
                 return due_s - end_s
-        return 0.0 if budgets == (1.0,) else math.inf
+        return math.inf if keeps_twice else 0.0
 
     # ---- internals --------------------------------------------------------------------
 
