@@ -16,7 +16,7 @@ response.
 It also gives errors the status clients retry on: a unary call refused with a message
 that means "retry" (overload, a step being brought back) goes out as UNAVAILABLE, and
 so does a Triton that does not answer (restarting); a stream whose upstream breaks ends
-with UNAVAILABLE.
+with UNAVAILABLE, after a final error response for each request on it still unanswered.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import asyncio
 import functools
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 
 import grpc
 from tritonclient.grpc import service_pb2
@@ -85,10 +85,12 @@ class _Unanswered:
             self._pending[key] -= 1
         return True
 
-    def fail_through_scheduler(self, message: str) -> list[bytes]:
-        """One final error response for every unanswered request that the scheduler held."""
+    def fail(self, message: str, models: Container[str] | None = None) -> list[bytes]:
+        """One final error response for every unanswered request (to one of ``models``;
+        None: to any model)."""
         failures = []
-        for key in [key for key, count in self._pending.items() if count and key[1] in SCHEDULER_MODELS]:
+        owed = [key for key, count in self._pending.items() if count]
+        for key in [key for key in owed if models is None or key[1] in models]:
             request_id, model = key
             count = self._pending.pop(key)
             failures += [_error_response(request_id, model, message)] * count
@@ -165,7 +167,11 @@ class GrpcRelay(grpc.GenericRpcHandler):
         try:
             while (item := await outgoing.get()) is not _UPSTREAM_ENDED:
                 if isinstance(item, grpc.aio.AioRpcError):
+                    # Triton's stream broke: each request it still owed is answered by its
+                    # own id first, so a client that waits per request is not left waiting.
                     code, details = _client_status(item)
+                    for failure in unanswered.fail(details):
+                        yield failure
                     await context.abort(code, details)
                 if item is _CLIENT_DONE:
                     written = True
@@ -189,7 +195,7 @@ class GrpcRelay(grpc.GenericRpcHandler):
         while True:
             with self._held.waiting() as failed:
                 message = await failed
-            failures = unanswered.fail_through_scheduler(message)
+            failures = unanswered.fail(message, SCHEDULER_MODELS)
             if failures:
                 logger.warning("the scheduler died: %d request(s) on a gRPC stream answered", len(failures))
                 outgoing.put_nowait(failures)

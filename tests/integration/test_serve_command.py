@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as AnswerTimeout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,10 @@ class Served:
     metrics: int
     front: int
     banner: list[str]
+    log: Path
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "".join(self.log.read_text().splitlines(keepends=True)[-lines:])
 
     def completion(self) -> str:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.front}/v1", api_key="unused", max_retries=0)
@@ -116,16 +121,23 @@ def serve_command(http: int, grpc: int, metrics: int, front: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def served(tiny_pair_dir) -> Iterator[Served]:
+def served(tiny_pair_dir, tmp_path_factory) -> Iterator[Served]:
+    """The pipeline under `specbatch serve`; everything it prints is kept in serve.log
+    (the path is printed), for a failure to be read against."""
     ports = [free_port() for _ in range(4)]
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    print(f"specbatch serve log: {log}")
     process = subprocess.Popen(
         serve_command(*ports), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: queue.Queue = queue.Queue()
 
     def drain() -> None:
-        for line in process.stdout:
-            lines.put(line)
+        with log.open("w") as kept:
+            for line in process.stdout:
+                kept.write(line)
+                kept.flush()
+                lines.put(line)
         lines.put(None)
 
     threading.Thread(target=drain, daemon=True).start()
@@ -134,7 +146,7 @@ def served(tiny_pair_dir) -> Iterator[Served]:
         while (line := lines.get(timeout=300)) is not None and "specbatch is ready" not in line:
             seen.append(line)
         assert line is not None, "".join(seen[-30:])
-        yield Served(process, *ports, banner=[lines.get(timeout=10) for _ in range(5)])
+        yield Served(process, *ports, banner=[lines.get(timeout=10) for _ in range(5)], log=log)
     finally:
         if process.poll() is None:
             os.kill(process.pid, signal.SIGINT)
@@ -192,8 +204,11 @@ def test_a_killed_router_or_scheduler_is_brought_back_and_what_it_held_is_answer
             time.sleep(0.05)
         killed = time.monotonic()
         os.kill(stub_pid(served.triton(), stub), signal.SIGKILL)
-        answers = [future.result(timeout=60) for future in pending]
-        streamed = final_answers(stream, 2, timeout_s=60)
+        try:
+            answers = [future.result(timeout=60) for future in pending]
+            streamed = final_answers(stream, 2, timeout_s=60)
+        except (AnswerTimeout, queue.Empty) as unanswered:
+            raise AssertionError(f"left unanswered\n{served.log_tail()}") from unanswered
         answered_s = time.monotonic() - killed
     stream.close()
     assert answered_s < 20, answered_s

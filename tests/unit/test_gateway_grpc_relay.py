@@ -17,6 +17,7 @@ from specbatch.serving.held import SCHEDULER_LOST, HeldRequests
 
 READY = "/inference.GRPCInferenceService/ServerReady"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
+BROKEN = "the stream broke"
 OVERLOADED = "in ensemble 'specbatch', the server is overloaded: 9 prompts are queued (limit 8); retry later"
 
 
@@ -29,7 +30,8 @@ def response(request: service_pb2.ModelInferRequest, text: str, final: bool) -> 
 
 class FakeTriton(grpc.GenericRpcHandler):
     """Echoes a request's id as two responses (the second final); model "specbatch" with
-    id "held" is never answered, like a request a dead scheduler held."""
+    id "held" is never answered, like a request a dead scheduler held; id "break" ends
+    the stream with an error, as a Triton that fails does."""
 
     def __init__(self) -> None:
         self.metadata: list[tuple] = []
@@ -56,6 +58,8 @@ class FakeTriton(grpc.GenericRpcHandler):
             request = service_pb2.ModelInferRequest.FromString(raw)
             if request.id == "held":
                 continue
+            if request.id == "break":
+                await context.abort(grpc.StatusCode.INTERNAL, BROKEN)
             yield response(request, f"{request.id}-1", final=False)
             yield response(request, f"{request.id}-2", final=True)
         await held.wait()  # Triton keeps a stream open while a request on it is unanswered
@@ -133,6 +137,28 @@ def test_a_request_the_dead_scheduler_held_gets_one_final_error_and_the_stream_e
         ("held", "", SCHEDULER_LOST, True),
     ]
     assert code == grpc.StatusCode.OK
+
+
+def test_when_triton_s_stream_breaks_every_request_it_owed_gets_its_own_final_error_first():
+    async def scenario(channel, held, fake):
+        call = channel.stream_stream(STREAM_INFER)()
+        await call.write(infer("a"))
+        answers = [decoded(raw) async for raw in _until(call, 2)]
+        for request_id in ("held", "break"):
+            await call.write(infer(request_id, model="qwen3_specdec"))
+        with pytest.raises(grpc.aio.AioRpcError):  # the stream's own end, after the answers
+            while True:
+                answers.append(decoded(await call.read()))
+        return answers, await call.code(), await call.details()
+
+    answers, code, details = run(scenario)
+    assert answers == [
+        ("a", "a-1", "", False),
+        ("a", "a-2", "", True),
+        ("held", "", BROKEN, True),
+        ("break", "", BROKEN, True),
+    ]
+    assert (code, details) == (grpc.StatusCode.INTERNAL, BROKEN)
 
 
 def test_a_request_to_a_model_off_the_scheduler_path_is_not_failed():
