@@ -394,7 +394,28 @@ def summarise(
         "input_tokens": sum(r["input_tokens"] for r in served),
         "first_error": next((r["error"] for r in records if r["id"] is None), ""),
         "latest": [latest_record(r, arrivals[r["id"]], args) for r in sorted(served, key=lateness)[-5:]],
+        "by_length": by_length(arrivals, served, met),
     }
+
+
+LENGTH_CLASSES = ((0, 32, "<= 32 tokens"), (33, 192, "33-192 tokens"), (193, 1 << 30, "> 192 tokens"))
+
+
+def by_length(arrivals: list[TimedRequest], served: list[dict], met: list[dict]) -> dict[str, dict]:
+    """Offered, refused and SLA-met requests per class of max_tokens: where a set-up wins
+    or loses its goodput (short prompts refused, long ones served late, ...)."""
+    served_ids = {r["id"] for r in served}
+    met_ids = {r["id"] for r in met}
+    classes = {}
+    for low, high, label in LENGTH_CLASSES:
+        ids = [i for i, arrival in enumerate(arrivals) if low <= arrival.max_tokens <= high]
+        if ids:
+            classes[label] = {
+                "offered": len(ids),
+                "refused": sum(i not in served_ids for i in ids),
+                "met": sum(i in met_ids for i in ids),
+            }
+    return classes
 
 
 def latest_record(record: dict, arrival: TimedRequest, args: argparse.Namespace) -> dict:

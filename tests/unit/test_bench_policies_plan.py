@@ -1,5 +1,6 @@
 """The order bench_policies runs its cells in: one server at a time for one round;
-interleaved, rotated rounds for several, each set-up at every load once a round."""
+interleaved, rotated rounds for several, each set-up at every load once a round; and
+what a cell's row counts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_policies import (
     ServedWorkload,
     Setup,
+    TimedRequest,
     Turn,
+    by_length,
     chosen_setups,
     plan,
     reference_first,
@@ -112,3 +115,14 @@ def test_an_ablation_named_with_only_runs_on_a_workload_that_runs_none_by_defaul
     named = chosen_setups(mixed, ["fcfs", "slack_pace"])
     assert [s.name for s in named] == ["triton_batching", "least_slack", "fcfs", "slack_pace"]
     assert named[-1].options["env"] == {"SPECBATCH_B_SLA_PACE": "slack"}
+
+
+def test_each_class_of_max_tokens_counts_its_offered_refused_and_met_requests():
+    arrivals = [TimedRequest(0.1 * i, "p", tokens) for i, tokens in enumerate([8, 32, 33, 192, 512, 16])]
+    served = [{"id": i} for i in (0, 2, 3, 4)]  # 1 and 5 refused
+    met = [{"id": i} for i in (0, 3)]
+    assert by_length(arrivals, served, met) == {
+        "<= 32 tokens": {"offered": 3, "refused": 2, "met": 1},
+        "33-192 tokens": {"offered": 2, "refused": 0, "met": 1},
+        "> 192 tokens": {"offered": 1, "refused": 0, "met": 0},
+    }
