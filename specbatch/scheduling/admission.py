@@ -571,7 +571,11 @@ class AdmissionPolicy:
         started now, within the instance's rows and memory, with b_SLA on. The rows are
         priced at the slower of this instance's own pace and the fleet's: an instance
         slowed by its rows or its neighbours ends its rows later than the fleet's mean
-        says, and a prompt started beside them on that mean breaks their promise."""
+        says, and a prompt started beside them on that mean breaks their promise. And only
+        where the memory left beside it still holds one more prompt of the mix: a row
+        started beside holds its KV blocks as it grows, and where memory binds (a small KV
+        budget, long outputs) it would take the room of the next row b_SLA allows, which
+        then starts late."""
         cfg = self.config
         if not self._starts_beside or not instance.running:
             return []
@@ -580,7 +584,7 @@ class AdmissionPolicy:
         keeps_twice = not self._holds_allowance(instance)
         slack_s = min(self._row_slack(row, now_s, tpot, keeps_twice) for row in rows)
         budget_s = slack_s - sum(r.beside_s for r in rows)
-        headroom = self._headroom(instance)
+        headroom = self._headroom(instance) - self._mix_need()
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
         picked: list[tuple[QueuedRequest, float]] = []
         for request in candidates:
@@ -754,6 +758,13 @@ class AdmissionPolicy:
         if not self.config.memory_aware:
             return request.input_tokens + 1
         return request.input_tokens + request.predicted_tokens
+
+    def _mix_need(self) -> float:
+        """KV tokens a prompt of the mix holds at its end: the means of the prompts queued
+        so far (none before the first, or without b_mem)."""
+        if not self.config.memory_aware or self._predicted.count == 0:
+            return 0.0
+        return self._inputs.mean + self._predicted.mean
 
     def _headroom(self, instance: _Instance) -> float:
         """Tokens free on the instance, less what its rows (and rows sent but not yet started)

@@ -118,12 +118,13 @@ def test_slots_that_free_up_later_are_counted_at_b_slas_lower_bound_not_its_midp
     assert enqueue_short(sla_aware=False) == 1
 
 
-def b_sla_held_to_three_rows_running_them(**overrides) -> AdmissionPolicy:
+def b_sla_held_to_three_rows_running_them(blocks_total: int = 1000, **overrides) -> AdmissionPolicy:
     """An instance of up to 8 rows that b_SLA holds to three, running three 200-token
     rows started at 0 (SLA 0.5 s + 10 ms a token: each due at 2.5 s) at 5 ms a token,
     so that each ends at 1.005 s with 1.495 s to spare. b_SLA measured a slow spell at
     three rows (its upper bound fell to two), then two rows well within the pace (its
-    lower bound rose to two, its upper to two more): the midpoint, three."""
+    lower bound rose to two, its upper to two more): the midpoint, three. The instance
+    has ``blocks_total`` KV blocks of 16 tokens, a tenth of them held."""
     config = {
         "sla_aware": True,
         "max_rows": 8,
@@ -139,7 +140,10 @@ def b_sla_held_to_three_rows_running_them(**overrides) -> AdmissionPolicy:
             admission.report(
                 "a",
                 InstanceLoad(
-                    running=running, blocks_total=1000, blocks_free=900, seconds_per_token=seconds_per_token
+                    running=running,
+                    blocks_total=blocks_total,
+                    blocks_free=blocks_total * 9 // 10,
+                    seconds_per_token=seconds_per_token,
                 ),
             )
     started(admission, "long 3", 0.0, predicted=200)
@@ -160,6 +164,17 @@ def test_a_prompt_that_fits_in_the_running_rows_slack_starts_beside_them_past_b_
     admission.enqueue(request("short 2", predicted=10))
     assert [r.request_id for r in admission.admit("a", 0.0)] == ["short 2"]
     assert admission.capacity("a").rows_allowed == 3
+
+
+def test_a_prompt_starts_beside_only_where_the_memory_left_holds_one_more_prompt_of_the_mix():
+    # three rows of 10 + 200 tokens: the mix's prompt holds 210 tokens, so beside them a
+    # short prompt (10 + 10) needs 230 tokens free of their growth
+    admission = b_sla_held_to_three_rows_running_them(blocks_total=54)  # 864 tokens: 234 left
+    admission.enqueue(request("short", predicted=10))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["short"]
+    admission = b_sla_held_to_three_rows_running_them(blocks_total=50)  # 800 tokens: 170 left
+    with pytest.raises(QueueFullError, match="start too late"):  # the next slot frees at 1.005 s
+        admission.enqueue(request("short", predicted=10))
 
 
 def test_prompts_started_beside_running_rows_take_their_slack_until_none_is_left():
