@@ -64,7 +64,8 @@ admission decisions, taken per instance whenever it reports its state:
   more than run, and a short prompt arriving beside long rows waits for a long row to
   end (and may be refused). With ``start_beside``, a prompt whose whole service fits in
   the slack every running row has left of its finish budget (less what prompts started
-  so took) starts at once beside them, within the instance's rows and memory. Where
+  so took) starts at once beside them, within the instance's rows and memory, leaving
+  the memory of one more prompt of the mix (the next row b_SLA allows needs it). Where
   b_SLA holds the instance to the paces its rows afford, a row that will end past its
   budget guards the slack it has left of twice that budget, as b_SLA's pace does, and
   one past both guards none; where it holds the instance to the allowance, a row that
