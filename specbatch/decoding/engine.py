@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import torch
 
-from specbatch.decoding.batch_steps import BatchStepCounter
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError, blocks_in_budget
 from specbatch.decoding.lookahead import (
     MAX_LOOKAHEAD,
@@ -56,7 +55,7 @@ from specbatch.decoding.scoring import ChoiceScores, check_scoring_row, score_ch
 from specbatch.decoding.steps import MAX_DRAFT_CATCH_UP, FeedObserver, StepRunner
 from specbatch.decoding.stopping import RowOutput, StopRules
 from specbatch.decoding.wrapper import BatchSink
-from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.load import BatchStepCounter, InstanceLoad
 
 logger = logging.getLogger(__name__)
 

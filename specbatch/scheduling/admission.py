@@ -62,9 +62,11 @@ admission decisions, taken per instance whenever it reports its state:
 - **past b_SLA's rows** (``start_beside``, off by default): b_SLA's search only grows
   past the batch sizes an instance has run, so under light load it allows a row or two
   more than run, and a short prompt arriving beside long rows waits for a long row to
-  end (and may be refused). With ``start_beside``, a prompt whose whole service fits in
-  the slack every running row has left of its finish budget (less what prompts started
-  so took) starts at once beside them, within the instance's rows and memory, leaving
+  end (and may be refused). With ``start_beside``, a prompt whose delay to the running
+  rows (its prefill, and its steps at what one more row adds to a step, from the
+  instance's per-batch-size step counters) fits in the slack every running row has left
+  of its finish budget (less what prompts started so took) and that makes its own SLA
+  starts at once beside them, within the instance's rows and memory, leaving
   the memory of one more prompt of the mix (the next row b_SLA allows needs it). Where
   b_SLA holds the instance to the paces its rows afford, a row that will end past its
   budget guards the slack it has left of twice that budget, as b_SLA's pace does, and
@@ -208,7 +210,7 @@ class _AdmittedRow:
     need: float  # KV tokens it will hold at its end: input + predicted
     # the seconds a token it can run at and end within its budget, and within twice it
     affordable_paces_s: tuple[float, float]
-    beside_s: float = 0.0  # started past b_SLA's rows: the service it took of their slack
+    beside_s: float = 0.0  # started past b_SLA's rows: the delay it took of their slack
 
 
 @dataclass
@@ -562,13 +564,14 @@ class AdmissionPolicy:
         self, instance: _Instance, candidates: list[QueuedRequest], spare: int, now_s: float
     ) -> list[tuple[QueuedRequest, float]]:
         """Up to ``spare`` of the candidates, in their order, to start now past the rows
-        b_SLA allows, each with the seconds of service it takes. b_SLA prices a row by the
-        pace it holds every row to; a short prompt beside long rows costs them at most its
-        whole service (prefill, and its tokens at the measured seconds a token), and where
-        that fits in the slack every running row has left of its finish budget (less what
-        the prompts already started beside them took), it delays none past its SLA. A
-        first-come batcher starts such prompts at once; held to b_SLA's rows they would
-        wait for a long row to end, and be refused. Only a prompt that makes its own SLA
+        b_SLA allows, each with the seconds it delays the running rows by
+        (:meth:`_delay_beside_s`). b_SLA prices a row by the pace it holds every row to;
+        a short prompt beside long rows delays each of them by its prefill and by what one
+        more row adds to each step it runs, and where that fits in the slack every running
+        row has left of its finish budget (less what the prompts already started beside
+        them took), it delays none past its SLA. A first-come batcher starts such prompts
+        at once; held to b_SLA's rows they would wait for a long row to end, and be
+        refused. Only a prompt that makes its own SLA
         started now, within the instance's rows and memory, with b_SLA on. The rows are
         priced at the slower of this instance's own pace and the fleet's: an instance
         slowed by its rows or its neighbours ends its rows later than the fleet's mean
@@ -591,7 +594,7 @@ class AdmissionPolicy:
         for request in candidates:
             if len(picked) >= most:
                 break
-            cost_s = self._service_s(request, tpot)
+            cost_s = self._delay_beside_s(instance, request, tpot)
             own_slack_s = self._slack(request, now_s, tpot)
             need = self._need(request)
             if cost_s > budget_s or own_slack_s < 0:
@@ -602,6 +605,20 @@ class AdmissionPolicy:
             budget_s = min(budget_s - cost_s, own_slack_s)
             picked.append((request, cost_s))
         return picked
+
+    def _delay_beside_s(self, instance: _Instance, request: QueuedRequest, tpot: float) -> float:
+        """Seconds a prompt started beside an instance's rows delays each of them: its
+        prefill, and its steps (its predicted tokens over the tokens a row commits a step)
+        at the seconds one more row adds to a step, as the instance's per-batch-size step
+        counters show it (:meth:`~specbatch.scheduling.load.BatchStepTotals.row_step_s`).
+        Until they can say, its whole service at ``tpot``: charged as if the rows stood
+        still while it ran."""
+        steps = instance.load.batch_steps
+        row_step_s = steps.row_step_s(self._prefill_s_per_token())
+        if row_step_s is None:
+            return self._service_s(request, tpot)
+        tokens = max(request.predicted_tokens, 1.0)
+        return self._prefill_s(request) + tokens / steps.tokens_per_row_step * row_step_s
 
     @property
     def _length_affine(self) -> bool:

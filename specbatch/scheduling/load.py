@@ -36,6 +36,70 @@ class BatchStepTotals:
     prefill_tokens: tuple[int, ...] = ()
     seconds: tuple[float, ...] = ()
 
+    def row_step_s(self, prefill_s_per_token: float) -> float | None:
+        """Seconds one more row adds to a step: the slope of a step's seconds (less its
+        prompt tokens at ``prefill_s_per_token``) on its rows, fitted over the buckets'
+        means weighted by their steps, and no more than a row-step's mean share (a slope
+        above it would give a step a negative fixed cost). None where the counters cannot
+        say: fewer than two batch sizes measured, or seconds that do not grow with rows.
+        A row started beside running ones delays each of them by this much a step, not
+        by the whole seconds of a step: on small batches most of a step is the pass's
+        fixed cost (reading the weights), which the rows already pay."""
+        buckets = [
+            (row_steps / steps, (seconds - prefill * prefill_s_per_token) / steps, steps)
+            for steps, row_steps, prefill, seconds in zip(
+                self.steps, self.row_steps, self.prefill_tokens, self.seconds, strict=True
+            )
+            if steps > 0
+        ]
+        weight = sum(w for _, _, w in buckets)
+        if len(buckets) < 2:
+            return None
+        mean_rows = sum(x * w for x, _, w in buckets) / weight
+        mean_s = sum(y * w for _, y, w in buckets) / weight
+        spread = sum(w * (x - mean_rows) ** 2 for x, _, w in buckets)
+        if spread <= 0:
+            return None
+        slope = sum(w * (x - mean_rows) * (y - mean_s) for x, y, w in buckets) / spread
+        if slope <= 0:
+            return None
+        return min(slope, mean_s / mean_rows)
+
+    @property
+    def tokens_per_row_step(self) -> float:
+        """Tokens a row commits in a step, over every step counted (1 before any)."""
+        row_steps = sum(self.row_steps)
+        return sum(self.tokens) / row_steps if row_steps else 1.0
+
+
+class BatchStepCounter:
+    """Counts each committing step into its bucket: an engine's, or a simulated instance's."""
+
+    def __init__(self) -> None:
+        size = len(STEP_BATCH_LABELS)
+        self._steps = [0] * size
+        self._row_steps = [0] * size
+        self._tokens = [0] * size
+        self._prefill = [0] * size
+        self._seconds = [0.0] * size
+
+    def record(self, rows: int, tokens: int, prefill_tokens: int, seconds: float) -> None:
+        index = step_batch_bucket(rows)
+        self._steps[index] += 1
+        self._row_steps[index] += rows
+        self._tokens[index] += tokens
+        self._prefill[index] += prefill_tokens
+        self._seconds[index] += seconds
+
+    def totals(self) -> BatchStepTotals:
+        return BatchStepTotals(
+            tuple(self._steps),
+            tuple(self._row_steps),
+            tuple(self._tokens),
+            tuple(self._prefill),
+            tuple(self._seconds),
+        )
+
 
 @dataclass(frozen=True)
 class InstanceLoad:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from specbatch.decoding.batch_steps import BatchStepCounter
-from specbatch.scheduling.load import STEP_BATCH_BOUNDS, STEP_BATCH_LABELS, step_batch_bucket
+from specbatch.scheduling.load import (
+    STEP_BATCH_BOUNDS,
+    STEP_BATCH_LABELS,
+    BatchStepCounter,
+    BatchStepTotals,
+    step_batch_bucket,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,3 +39,36 @@ def test_the_counter_totals_steps_rows_tokens_prefill_and_seconds_per_bucket():
     assert totals.tokens == (3, 0, 11, *empty)
     assert totals.prefill_tokens == (5, 0, 64, *empty)
     assert totals.seconds == (0.125, 0.0, 0.75, *empty)
+
+
+def steps_costing(base_s: float, per_row_s: float, batches: dict[int, int]) -> BatchStepTotals:
+    """Counters of steps that cost ``base_s`` plus ``per_row_s`` a row, and 2 ms for each
+    of 100 prompt tokens prefilled in the first step of every batch size: ``batches``
+    maps rows to steps taken at that size."""
+    counter = BatchStepCounter()
+    for rows, steps in batches.items():
+        for step in range(steps):
+            prefill = 100 if step == 0 else 0
+            counter.record(rows, 2 * rows, prefill, base_s + per_row_s * rows + 0.002 * prefill)
+    return counter.totals()
+
+
+def test_what_one_more_row_adds_to_a_step_is_the_slope_of_step_seconds_on_rows_less_prefill():
+    totals = steps_costing(0.003, 0.001, {1: 40, 3: 20, 8: 10, 24: 5})
+    assert totals.row_step_s(prefill_s_per_token=0.002) == pytest.approx(0.001)
+    assert totals.tokens_per_row_step == pytest.approx(2.0)
+
+
+def test_the_counters_say_nothing_of_a_rows_cost_until_two_batch_sizes_ran_and_cost_grows():
+    assert BatchStepTotals().row_step_s(0.0) is None
+    assert BatchStepTotals().tokens_per_row_step == 1.0
+    assert steps_costing(0.003, 0.001, {4: 30}).row_step_s(0.002) is None
+    assert steps_costing(0.005, -0.0001, {1: 30, 8: 30}).row_step_s(0.002) is None
+
+
+def test_a_rows_cost_is_never_more_than_a_row_steps_mean_share():
+    # steps that grow faster than their rows (no fixed cost, or a negative one by the fit)
+    counter = BatchStepCounter()
+    counter.record(1, 1, 0, 0.001)
+    counter.record(8, 8, 0, 0.030)
+    assert counter.totals().row_step_s(0.0) == pytest.approx(0.031 / 9)

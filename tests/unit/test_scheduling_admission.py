@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from specbatch.scheduling import QueuedRequest
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy, QueueFullError
-from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.load import BatchStepCounter, InstanceLoad
 from specbatch.scheduling.prefixes import PrefixHolders, prefix_keys
 from specbatch.scheduling.simulate.continuous import (
     ContinuousSimulator,
@@ -175,6 +177,29 @@ def test_a_prompt_starts_beside_only_where_the_memory_left_holds_one_more_prompt
     admission = b_sla_held_to_three_rows_running_them(blocks_total=50)  # 800 tokens: 170 left
     with pytest.raises(QueueFullError, match="start too late"):  # the next slot frees at 1.005 s
         admission.enqueue(request("short", predicted=10))
+
+
+def test_a_prompt_started_beside_is_charged_what_one_more_row_adds_to_each_step_once_measured():
+    # the long rows have 1.495 s to spare; a 200-token prompt's whole service is 1.005 s
+    # (0.005 s of prefill, 200 tokens at 5 ms), so charged that, one fits beside them
+    admission = b_sla_held_to_three_rows_running_them()
+    for key in ("long 4", "long 5"):
+        admission.enqueue(request(key, predicted=200))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["long 4"]
+    # the instance's step counters: 4 ms a step alone, 7 ms at four rows, one token a
+    # row a step: one more row adds 1 ms to each of the 200 steps a prompt of 200 tokens
+    # runs, 0.205 s with its prefill, so both fit
+    counter = BatchStepCounter()
+    for rows, seconds in ((1, 0.004), (4, 0.007)):
+        for _ in range(50):
+            counter.record(rows, rows, 0, seconds)
+    measured = b_sla_held_to_three_rows_running_them()
+    load = InstanceLoad(blocks_total=1000, blocks_free=900, seconds_per_token=0.005)
+    measured.report("a", replace(load, batch_steps=counter.totals()))
+    for key in ("long 4", "long 5"):
+        measured.enqueue(request(key, predicted=200))
+    assert [r.request_id for r in measured.admit("a", 0.0)] == ["long 4", "long 5"]
+    assert measured.capacity("a").rows_allowed == 3
 
 
 def test_prompts_started_beside_running_rows_take_their_slack_until_none_is_left():

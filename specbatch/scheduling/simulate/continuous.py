@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specbatch.scheduling.admission import AdmissionPolicy, QueueFullError
-from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.load import BatchStepCounter, InstanceLoad
 from specbatch.scheduling.requests import QueuedRequest
 
 
@@ -100,6 +100,8 @@ class _InstanceState:
     stepping: bool = False
     last_step_s: float = 0.0
     tokens_last_step: float = 1.0
+    step_prefill: int = 0  # prompt tokens the step under way prefills
+    counter: BatchStepCounter = field(default_factory=BatchStepCounter)
 
     def held_blocks(self) -> int:
         return sum(math.ceil((r.queued.input_tokens + r.generated) / self.spec.block_size) for r in self.rows)
@@ -114,6 +116,7 @@ class _InstanceState:
             block_size=self.spec.block_size,
             step_seconds=self.last_step_s,
             seconds_per_token=per_token,
+            batch_steps=self.counter.totals(),
             max_rows=self.spec.max_rows,
         )
 
@@ -158,6 +161,7 @@ class ContinuousSimulator:
                 prefill += queued.input_tokens
             if state.rows and not state.stepping:
                 state.stepping = True
+                state.step_prefill = prefill
                 duration = self._costs.step_s(len(state.rows), prefill)
                 heapq.heappush(events, (now + duration, next(order), "step", index))
 
@@ -209,6 +213,9 @@ class ContinuousSimulator:
                     finished.append(row)
             state.last_step_s = self._costs.step_s(len(state.rows), 0)
             state.tokens_last_step = tokens
+            rows = len(state.rows)
+            seconds = self._costs.step_s(rows, state.step_prefill)
+            state.counter.record(rows, round(tokens * rows), state.step_prefill, seconds)
             for row in finished:
                 state.rows.remove(row)
                 policy.finished(names[subject], row.queued, row.outcome.request.output_tokens)
