@@ -54,7 +54,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     wherever one row runs; `allowance`: the allowance always, Algorithm 2 as written). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
     prompt that can still make its SLA past it; with `start_beside` (off), a prompt whose
-    whole service fits in the running rows' slack starts beside them past b_SLA's rows.
+    delay to the running rows (its prefill, and its steps at what one more row adds to a
+    step) fits in their slack starts beside them past b_SLA's rows.
     `placement`: `least_loaded`, or `length_affine` (each instance starts the prompts of
     its own range of predicted lengths, spilling over when their home cannot)."""
     order = settings.raw("admission", "least_slack")
