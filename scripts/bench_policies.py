@@ -16,9 +16,10 @@ same arrival times) over one gRPC stream:
   ablations of (a)     without b_SLA, b_SLA at the fixed per-token allowance, or at
                        the pace its running rows afford wherever one row alone runs,
                        refusing a request only for its own SLA (not for a queued
-                       prompt's it would break), starting prompts past b_SLA's rows
-                       beside running rows with slack to spare, without b_mem, without
-                       deadline shedding, one bin, length-affine placement
+                       prompt's it would break), held to b_SLA's rows (no prompt
+                       started beside running rows with slack to spare), without
+                       b_mem, without deadline shedding, one bin, length-affine
+                       placement
 
 Workloads: `infobench` (infobench prompts, 60 % asking 8-32 tokens, the rest 96-192),
 `mixed` (the router's default graph/mmlu/infobench mix, sent through the ensemble as
@@ -125,9 +126,9 @@ ABLATIONS = (
         {"env": {"SPECBATCH_KEEP_PROMISES": "off"}},
     ),
     Setup(
-        "start_beside",
-        "(a) starting prompts beside running rows",
-        {"env": {"SPECBATCH_START_BESIDE": "on"}},
+        "held_to_b_sla",
+        "(a) without starting prompts beside running rows",
+        {"env": {"SPECBATCH_START_BESIDE": "off"}},
     ),
     Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
     Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),

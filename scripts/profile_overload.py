@@ -8,7 +8,7 @@ the latest ones, and the scheduler's step and cycle counters per instance sample
 0.25 s (cycle seconds beyond step seconds are what stalled the rows between steps).
 
     .venv/bin/python scripts/profile_overload.py --setup least_slack --out /tmp/overload.json
-    .venv/bin/python scripts/profile_overload.py --setup start_beside --rate 15.4
+    .venv/bin/python scripts/profile_overload.py --setup held_to_b_sla --rate 15.4
     .venv/bin/python scripts/profile_overload.py --workload memory --rate 2.94
 
 Another workload of bench_policies.py (``--workload``) runs the same way, at its own

@@ -59,7 +59,7 @@ admission decisions, taken per instance whenever it reports its state:
   first of the instances' row slots to free up; and, with ``keep_promises``, one that
   would push a queued prompt that can still make its SLA past it. A queued prompt whose
   client deadline can no longer be met is shed early instead of taking a slot.
-- **past b_SLA's rows** (``start_beside``, off by default): b_SLA's search only grows
+- **past b_SLA's rows** (``start_beside``, on by default): b_SLA's search only grows
   past the batch sizes an instance has run, so under light load it allows a row or two
   more than run, and a short prompt arriving beside long rows waits for a long row to
   end (and may be refused). With ``start_beside``, a prompt whose delay to the running
@@ -157,7 +157,7 @@ class AdmissionConfig:
     # refuse a request that would push a queued prompt past the SLA it can still make
     keep_promises: bool = True
     # past b_SLA's rows, start a prompt whose whole service fits in the running rows' slack
-    start_beside: bool = False
+    start_beside: bool = True
     # which instance starts a prompt: the least loaded, or (least slack only) its predicted
     # length's home instance unless that one cannot start it now
     placement: str = "least_loaded"

@@ -811,14 +811,14 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     )
     assert built.flush_s == 0.25
     assert built.keep_promises, "on unless switched off"
-    assert (built.b_sla_pace, built.start_beside) == ("allowance_in_reach", False)
+    assert (built.b_sla_pace, built.start_beside) == ("allowance_in_reach", True)
     env = {
         "SPECBATCH_KEEP_PROMISES": "off",
         "SPECBATCH_B_SLA_PACE": "slack",
-        "SPECBATCH_START_BESIDE": "on",
+        "SPECBATCH_START_BESIDE": "off",
     }
     changed = build_admission(ModelSettings(config, tmp_path, env=env)).config
-    assert (changed.keep_promises, changed.b_sla_pace, changed.start_beside) == (False, "slack", True)
+    assert (changed.keep_promises, changed.b_sla_pace, changed.start_beside) == (False, "slack", False)
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 

@@ -53,7 +53,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     `allowance_in_reach`; `slack`: the rows' pace, and a long prompt of the mix's,
     wherever one row runs; `allowance`: the allowance always, Algorithm 2 as written). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
-    prompt that can still make its SLA past it; with `start_beside` (off), a prompt whose
+    prompt that can still make its SLA past it; with `start_beside` (on), a prompt whose
     delay to the running rows (its prefill, and its steps at what one more row adds to a
     step) fits in their slack starts beside them past b_SLA's rows.
     `placement`: `least_loaded`, or `length_affine` (each instance starts the prompts of
@@ -77,7 +77,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             shed_deadlines=smart and settings.switch("deadline_shedding", True),
             b_sla_pace=settings.raw("b_sla_pace", "allowance_in_reach"),
             keep_promises=settings.switch("keep_promises", True),
-            start_beside=settings.switch("start_beside", False),
+            start_beside=settings.switch("start_beside", True),
             placement=settings.raw("placement", "least_loaded"),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
