@@ -156,7 +156,7 @@ class AdmissionConfig:
     b_sla_pace: str = "allowance_in_reach"
     # refuse a request that would push a queued prompt past the SLA it can still make
     keep_promises: bool = True
-    # past b_SLA's rows, start a prompt whose whole service fits in the running rows' slack
+    # past b_SLA's rows, start a prompt whose delay to the running rows fits in their slack
     start_beside: bool = True
     # which instance starts a prompt: the least loaded, or (least slack only) its predicted
     # length's home instance unless that one cannot start it now
@@ -565,7 +565,7 @@ class AdmissionPolicy:
     ) -> list[tuple[QueuedRequest, float]]:
         """Up to ``spare`` of the candidates, in their order, to start now past the rows
         b_SLA allows, each with the seconds it delays the running rows by
-        (:meth:`_delay_beside_s`). b_SLA prices a row by the pace it holds every row to;
+        (:meth:`_beside_token_s`). b_SLA prices a row by the pace it holds every row to;
         a short prompt beside long rows delays each of them by its prefill and by what one
         more row adds to each step it runs, and where that fits in the slack every running
         row has left of its finish budget (less what the prompts already started beside
@@ -590,11 +590,15 @@ class AdmissionPolicy:
         budget_s = slack_s - sum(r.beside_s for r in rows)
         headroom = self._headroom(instance) - self._mix_need()
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
+        token_s = self._beside_token_s(instance)
         picked: list[tuple[QueuedRequest, float]] = []
         for request in candidates:
             if len(picked) >= most:
                 break
-            cost_s = self._delay_beside_s(instance, request, tpot)
+            if token_s is None:
+                cost_s = self._service_s(request, tpot)
+            else:
+                cost_s = self._prefill_s(request) + max(request.predicted_tokens, 1.0) * token_s
             own_slack_s = self._slack(request, now_s, tpot)
             need = self._need(request)
             if cost_s > budget_s or own_slack_s < 0:
@@ -606,19 +610,16 @@ class AdmissionPolicy:
             picked.append((request, cost_s))
         return picked
 
-    def _delay_beside_s(self, instance: _Instance, request: QueuedRequest, tpot: float) -> float:
-        """Seconds a prompt started beside an instance's rows delays each of them: its
-        prefill, and its steps (its predicted tokens over the tokens a row commits a step)
-        at the seconds one more row adds to a step, as the instance's per-batch-size step
-        counters show it (:meth:`~specbatch.scheduling.load.BatchStepTotals.row_step_s`).
-        Until they can say, its whole service at ``tpot``: charged as if the rows stood
-        still while it ran."""
+    def _beside_token_s(self, instance: _Instance) -> float | None:
+        """Seconds each token of a prompt started beside an instance's rows delays each of
+        them (besides its prefill): the seconds one more row adds to a step, as the
+        instance's per-batch-size step counters show it
+        (:meth:`~specbatch.scheduling.load.BatchStepTotals.row_step_s`), over the tokens a
+        row commits a step. None until the counters can say: the prompt is then charged
+        its whole service, as if the rows stood still while it ran."""
         steps = instance.load.batch_steps
         row_step_s = steps.row_step_s(self._prefill_s_per_token())
-        if row_step_s is None:
-            return self._service_s(request, tpot)
-        tokens = max(request.predicted_tokens, 1.0)
-        return self._prefill_s(request) + tokens / steps.tokens_per_row_step * row_step_s
+        return None if row_step_s is None else row_step_s / steps.tokens_per_row_step
 
     @property
     def _length_affine(self) -> bool:

@@ -52,9 +52,9 @@ class BatchStepTotals:
             )
             if steps > 0
         ]
-        weight = sum(w for _, _, w in buckets)
         if len(buckets) < 2:
             return None
+        weight = sum(w for _, _, w in buckets)
         mean_rows = sum(x * w for x, _, w in buckets) / weight
         mean_s = sum(y * w for _, y, w in buckets) / weight
         spread = sum(w * (x - mean_rows) ** 2 for x, _, w in buckets)

@@ -211,10 +211,10 @@ class ContinuousSimulator:
                     row.outcome.done_s = now
                     row.outcome.status = "served"
                     finished.append(row)
-            state.last_step_s = self._costs.step_s(len(state.rows), 0)
-            state.tokens_last_step = tokens
             rows = len(state.rows)
-            seconds = self._costs.step_s(rows, state.step_prefill)
+            state.last_step_s = self._costs.step_s(rows, 0)
+            state.tokens_last_step = tokens
+            seconds = state.last_step_s + self._costs.per_prefill_token_s * state.step_prefill
             state.counter.record(rows, round(tokens * rows), state.step_prefill, seconds)
             for row in finished:
                 state.rows.remove(row)
