@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,46 @@ HONEST_S = 5  # readiness says a dead step cannot serve
 BACK_S = 30  # router and scheduler
 FULL_CAPACITY_S = 60  # a decoding instance (its model pair loads again)
 INSTANCES = {"qwen3_specdec_0_0", "qwen3_specdec_0_1"}
+CONTAINER_START_S = 300  # a restarted container: tritonserver and every model load again
+# The container's main process killed by SIGABRT: tritonserver, or `specbatch watch`
+# exiting with its status.
+TRITON_ABORTED = {-signal.SIGABRT, 128 + signal.SIGABRT}
+
+
+class Kubelet:
+    """restartPolicy: Always for the container whose main process is ``server.process``:
+    when it exits, it is started again (the gateway, in its own container, stays)."""
+
+    def __init__(self, server: TritonProcess) -> None:
+        self.server = server
+        self.exits: list[int] = []
+        self.restarted_at: float | None = None
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._restart_on_exit, name="kubelet", daemon=True)
+        self._thread.start()
+
+    def _restart_on_exit(self) -> None:
+        while True:
+            code = self.server.process.wait()
+            with self._lock:
+                if self._stopping:
+                    return
+                self.exits.append(code)
+                self.restarted_at = time.monotonic()
+                self.server.restart_triton()
+
+    def stop(self) -> None:
+        """No restart after this returns (the server is then stopped, or killed, by the test)."""
+        with self._lock:
+            self._stopping = True
+
+    def allowance(self, since: float, timeout_s: float) -> float:
+        """Seconds from ``since``: ``timeout_s``, or if later, the time a container takes
+        to start from the kubelet's last restart."""
+        if self.restarted_at is None:
+            return timeout_s
+        return max(timeout_s, self.restarted_at + CONTAINER_START_S - since)
 
 
 @pytest.fixture(scope="module", params=["kubernetes", "kserve"])
@@ -47,11 +88,23 @@ def pod(
         yield process
 
 
-def until(predicate, what: str, timeout_s: float) -> float:
-    """Seconds until ``predicate()`` holds (polling an observable of the server)."""
+@pytest.fixture(scope="module")
+def kubelet(pod: TritonProcess) -> Iterator[Kubelet]:
+    kubelet = Kubelet(pod)
+    try:
+        yield kubelet
+    finally:
+        kubelet.stop()
+    assert set(kubelet.exits) <= TRITON_ABORTED, f"tritonserver exited with {kubelet.exits}"
+
+
+def until(predicate, what: str, timeout_s: float, kubelet: Kubelet | None = None) -> float:
+    """Seconds until ``predicate()`` holds (polling an observable of the server); with
+    ``kubelet``, a container it restarted meanwhile gets the time it takes to start."""
     started = time.monotonic()
     while not predicate():
-        assert time.monotonic() - started < timeout_s, f"timed out waiting for {what}"
+        allowed_s = timeout_s if kubelet is None else kubelet.allowance(started, timeout_s)
+        assert time.monotonic() - started < allowed_s, f"timed out waiting for {what}"
         time.sleep(0.1)
     return time.monotonic() - started
 
@@ -65,7 +118,7 @@ def readiness_is_honest(server: TritonProcess) -> bool:
     return not is_ready(server.http_url) or serves(server)
 
 
-def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod):
+def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod, kubelet):
     """Over HTTP and on a gRPC stream (the gateway's relay answers what Triton never will)."""
     stream = long_requests_on_a_stream(pod.grpc_url, 2)
     with ThreadPoolExecutor(4) as pool:
@@ -83,10 +136,10 @@ def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod):
     assert all(error is None or "retry" in error for error in streamed), streamed
     failed = [status for status, _ in answers if status == 503] + [e for e in streamed if e is not None]
     assert failed, "rows were running on the dead scheduler's behalf"
-    assert until(lambda: serves(pod), "the scheduler to serve again", BACK_S) < BACK_S
+    until(lambda: serves(pod), "the scheduler to serve again", BACK_S, kubelet)
 
 
-def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod):
+def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod, kubelet):
     os.kill(stub_pid(pod.server_pid, "router_0_0"), signal.SIGKILL)
     until(lambda: readiness_is_honest(pod), "readiness to say the router is down", HONEST_S)
     statuses = set()
@@ -96,11 +149,11 @@ def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod):
         statuses.add(status)
         return status == 200
 
-    until(back, "the router to serve again", BACK_S)
+    until(back, "the router to serve again", BACK_S, kubelet)
     assert statuses <= {200, 503}, statuses
 
 
-def test_a_killed_instance_is_back_and_both_serve_again(pod):
+def test_a_killed_instance_is_back_and_both_serve_again(pod, kubelet):
     os.kill(stub_pid(pod.server_pid, "qwen3_specdec_0_1"), signal.SIGKILL)
 
     def both_serve() -> bool:
@@ -109,12 +162,13 @@ def test_a_killed_instance_is_back_and_both_serve_again(pod):
         assert all(status in (200, 503) for status, _ in answers), answers
         return {json.loads(body)["model_instance"] for status, body in answers if status == 200} == INSTANCES
 
-    until(both_serve, "both instances to serve", FULL_CAPACITY_S)
+    until(both_serve, "both instances to serve", FULL_CAPACITY_S, kubelet)
 
 
-def test_a_killed_tritonserver_leaves_no_process_behind(pod):
+def test_a_killed_tritonserver_leaves_no_process_behind(pod, kubelet):
     """Runs last: the stubs' threads block for good in Triton's IPC once it is gone, so
     each stub has a watcher process that ends it."""
+    kubelet.stop()
     below = descendants(pod.process.pid)
     assert len(below) >= 6, below  # four stubs, two solver workers, and their watchers
     os.kill(pod.server_pid, signal.SIGKILL)
