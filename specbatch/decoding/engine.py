@@ -719,6 +719,7 @@ class Engine:
             step_seconds_total=self._step_seconds_total,
             cycle_seconds_total=self._cycle_seconds_total,
             seconds_per_token=self._seconds_per_token,
+            pace_smoothing=STEP_SECONDS_SMOOTHING,
             lookahead=self.lookahead.k,
             lookahead_steps=_counts(self._lookahead_steps, MAX_LOOKAHEAD),
             tokens_per_row_step=_counts(self._tokens_per_row_step, MAX_LOOKAHEAD + 1),

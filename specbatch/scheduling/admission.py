@@ -202,6 +202,23 @@ class AdmissionConfig:
 
 
 @dataclass(frozen=True)
+class _BesideCharge:
+    """What a prompt started past b_SLA's rows delays each running row by: its prefill,
+    a stall they pay once, and its steps, what one more row adds to each step it runs."""
+
+    prefill_s: float
+    steps_s: float
+    steps_at_start: int  # the instance's committing steps when it started
+
+    def unmeasured_s(self, load: InstanceLoad) -> float:
+        """The part of the charge the instance's measured pace does not show: the rows'
+        slack is reckoned at that pace, which takes in the delay of each step run since
+        (each weighs ``pace_smoothing`` in it) but not a stall it has moved past."""
+        steps = max(0, load.batch_steps.committed_steps - self.steps_at_start)
+        return self.prefill_s + self.steps_s * (1.0 - load.pace_smoothing) ** steps
+
+
+@dataclass(frozen=True)
 class _AdmittedRow:
     """A prompt an instance was told to start, as admission remembers it."""
 
@@ -210,7 +227,7 @@ class _AdmittedRow:
     need: float  # KV tokens it will hold at its end: input + predicted
     # the seconds a token it can run at and end within its budget, and within twice it
     affordable_paces_s: tuple[float, float]
-    beside_s: float = 0.0  # started past b_SLA's rows: the delay it took of their slack
+    beside: _BesideCharge | None = None  # started past b_SLA's rows
 
 
 @dataclass
@@ -535,41 +552,47 @@ class AdmissionPolicy:
         if self.config.order == "multibin":
             chosen = self._one_bins_batch(instance, room, now_s) if room > 0 else []
             for request in chosen:
-                self._start(name, instance, request, now_s, 0.0)
+                self._start(name, instance, request, now_s)
             return chosen
         candidates = self._ordered(now_s)
         if self._length_affine:
             candidates = [request for request in candidates if self._belongs_on(name, request)]
         chosen = self._fitting(instance, candidates, room) if room > 0 else []
         for request in chosen:
-            self._start(name, instance, request, now_s, 0.0)
+            self._start(name, instance, request, now_s)
         spare = (len(candidates) if limit is None else limit) - len(chosen)
         if beside and spare > 0:
             waiting = [request for request in candidates if request.request_id in self._queued]
-            for request, cost_s in self._beside(instance, waiting, spare, now_s):
-                self._start(name, instance, request, now_s, cost_s)
+            for request, charge in self._beside(instance, waiting, spare, now_s):
+                self._start(name, instance, request, now_s, charge)
                 chosen.append(request)
         return chosen
 
     def _start(
-        self, name: str, instance: _Instance, request: QueuedRequest, now_s: float, beside_s: float
+        self,
+        name: str,
+        instance: _Instance,
+        request: QueuedRequest,
+        now_s: float,
+        beside: _BesideCharge | None = None,
     ) -> None:
         del self._queued[request.request_id]
         instance.running[request.request_id] = _AdmittedRow(
-            request, now_s, self._need(request), self._affordable_paces_s(request, now_s), beside_s
+            request, now_s, self._need(request), self._affordable_paces_s(request, now_s), beside
         )
         self._prefix_holders.sent(request.prefix_keys, name)
 
     def _beside(
         self, instance: _Instance, candidates: list[QueuedRequest], spare: int, now_s: float
-    ) -> list[tuple[QueuedRequest, float]]:
+    ) -> list[tuple[QueuedRequest, _BesideCharge]]:
         """Up to ``spare`` of the candidates, in their order, to start now past the rows
         b_SLA allows, each with the seconds it delays the running rows by
         (:meth:`_beside_token_s`). b_SLA prices a row by the pace it holds every row to;
         a short prompt beside long rows delays each of them by its prefill and by what one
         more row adds to each step it runs, and where that fits in the slack every running
         row has left of its finish budget (less what the prompts already started beside
-        them took), it delays none past its SLA. A first-come batcher starts such prompts
+        them take that the instance's measured pace does not show yet), it delays none
+        past its SLA. A first-come batcher starts such prompts
         at once; held to b_SLA's rows they would wait for a long row to end, and be
         refused. Only a prompt that makes its own SLA
         started now, within the instance's rows and memory, with b_SLA on. The rows are
@@ -587,18 +610,21 @@ class AdmissionPolicy:
         rows = instance.running.values()
         keeps_twice = not self._holds_allowance(instance)
         slack_s = min(self._row_slack(row, now_s, tpot, keeps_twice) for row in rows)
-        budget_s = slack_s - sum(r.beside_s for r in rows)
+        budget_s = slack_s - sum(r.beside.unmeasured_s(instance.load) for r in rows if r.beside)
         headroom = self._headroom(instance) - self._mix_need()
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
         token_s = self._beside_token_s(instance)
-        picked: list[tuple[QueuedRequest, float]] = []
+        steps_now = instance.load.batch_steps.committed_steps
+        picked: list[tuple[QueuedRequest, _BesideCharge]] = []
         for request in candidates:
             if len(picked) >= most:
                 break
             if token_s is None:
-                cost_s = self._service_s(request, tpot)
+                steps_s = request.predicted_tokens * tpot
             else:
-                cost_s = self._prefill_s(request) + max(request.predicted_tokens, 1.0) * token_s
+                steps_s = max(request.predicted_tokens, 1.0) * token_s
+            charge = _BesideCharge(self._prefill_s(request), steps_s, steps_now)
+            cost_s = charge.prefill_s + charge.steps_s
             own_slack_s = self._slack(request, now_s, tpot)
             need = self._need(request)
             if cost_s > budget_s or own_slack_s < 0:
@@ -607,7 +633,7 @@ class AdmissionPolicy:
                 continue
             headroom -= need
             budget_s = min(budget_s - cost_s, own_slack_s)
-            picked.append((request, cost_s))
+            picked.append((request, charge))
         return picked
 
     def _beside_token_s(self, instance: _Instance) -> float | None:

@@ -66,6 +66,11 @@ class BatchStepTotals:
         return min(slope, mean_s / mean_rows)
 
     @property
+    def committed_steps(self) -> int:
+        """Steps that committed tokens since the engine started, every batch size."""
+        return sum(self.steps)
+
+    @property
     def tokens_per_row_step(self) -> float:
         """Tokens a row commits in a step, over every step counted (1 before any)."""
         row_steps = sum(self.row_steps)
@@ -121,6 +126,9 @@ class InstanceLoad:
     # seconds a running row waits for each token it commits: a cycle over the tokens a
     # row commits per step (what b_SLA holds to its pace and admission prices rows at)
     seconds_per_token: float = 0.0
+    # the weight each committing step's cycle gets in seconds_per_token (1: the last step
+    # alone): how many steps a row started now takes to show in that pace
+    pace_smoothing: float = 1.0
     lookahead: int = 0
     # decode steps so far per K (index = K, 0 = plain) and row-steps per tokens a row
     # committed in one step (index = tokens): where speculation switched itself off

@@ -220,6 +220,39 @@ def test_prompts_started_beside_running_rows_take_their_slack_until_none_is_left
     assert [r.request_id for r in capped.admit("a", 0.0)] == shorts[:8]
 
 
+def a_step_measured(admission: AdmissionPolicy, steps: int, pace_smoothing: float) -> None:
+    """The instance reports ``steps`` committing steps since "long 4" started, its rows
+    still at 5 ms a token, each step weighing ``pace_smoothing`` in that pace."""
+    counter = BatchStepCounter()
+    for _ in range(steps):
+        counter.record(4, 4, 0, 0.02)
+    load = InstanceLoad(
+        running=3, blocks_total=1000, blocks_free=900, seconds_per_token=0.005, pace_smoothing=pace_smoothing
+    )
+    admission.report("a", replace(load, batch_steps=counter.totals()))
+
+
+def test_a_prompt_started_beside_is_charged_until_the_instances_measured_pace_shows_its_steps():
+    # "long 4" started beside is charged its whole service: 0.005 s of prefill and 1 s of
+    # steps of the long rows' 1.495 s; short prompts (0.055 s each, 0.545 s of slack
+    # each) then start beside in what is left
+    started = {}
+    for steps, smoothing in ((0, 1.0), (1, 0.02), (1, 1.0)):
+        admission = b_sla_held_to_three_rows_running_them(max_rows=32)
+        admission.enqueue(request("long 4", predicted=200))
+        assert [r.request_id for r in admission.admit("a", 0.0)] == ["long 4"]
+        a_step_measured(admission, steps, smoothing)
+        assert admission.capacity("a").rows_allowed == 4  # all running: the rest go beside
+        for key in [f"short {i}" for i in range(30)]:
+            admission.enqueue(request(key, predicted=10))
+        started[steps, smoothing] = len(admission.admit("a", 0.0))
+    # no step since: 0.49 s left, eight. One step that weighs 0.02 in the pace leaves 98 %
+    # of its steps charged (0.51 s left): nine. One step at a pace that is the last step's
+    # alone leaves only its prefill (a stall the rows paid; 1.49 s left): the shorts' own
+    # slack binds, ten
+    assert started == {(0, 1.0): 8, (1, 0.02): 9, (1, 1.0): 10}
+
+
 def test_without_start_beside_a_prompt_waits_for_b_slas_rows_and_is_refused_when_that_is_too_late():
     admission = b_sla_held_to_three_rows_running_them(start_beside=False)
     with pytest.raises(QueueFullError, match="start too late"):
