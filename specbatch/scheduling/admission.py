@@ -65,7 +65,8 @@ admission decisions, taken per instance whenever it reports its state:
   end (and may be refused). With ``start_beside``, a prompt whose delay to the running
   rows (its prefill, and its steps at what one more row adds to a step, from the
   instance's per-batch-size step counters) fits in the slack every running row has left
-  of its finish budget (less what prompts started so took) and that makes its own SLA
+  of its finish budget (less what prompts started so take that the instance's measured
+  pace does not show yet) and that makes its own SLA
   starts at once beside them, within the instance's rows and memory, leaving
   the memory of one more prompt of the mix (the next row b_SLA allows needs it). Where
   b_SLA holds the instance to the paces its rows afford, a row that will end past its
