@@ -66,9 +66,9 @@ admission decisions, taken per instance whenever it reports its state:
   rows (its prefill, and its steps at what one more row adds to a step, from the
   instance's per-batch-size step counters) fits in the slack every running row has left
   of its finish budget (less what prompts started so take that the instance's measured
-  pace does not show yet) and that makes its own SLA
-  starts at once beside them, within the instance's rows and memory, leaving
-  the memory of one more prompt of the mix (the next row b_SLA allows needs it). Where
+  pace does not show yet) and that makes its own SLA starts at once beside them, within
+  the instance's rows and memory, leaving the memory of one more prompt of the mix (the
+  next row b_SLA allows needs it). Where
   b_SLA holds the instance to the paces its rows afford, a row that will end past its
   budget guards the slack it has left of twice that budget, as b_SLA's pace does, and
   one past both guards none; where it holds the instance to the allowance, a row that
@@ -593,10 +593,10 @@ class AdmissionPolicy:
         more row adds to each step it runs, and where that fits in the slack every running
         row has left of its finish budget (less what the prompts already started beside
         them take that the instance's measured pace does not show yet), it delays none
-        past its SLA. A first-come batcher starts such prompts
-        at once; held to b_SLA's rows they would wait for a long row to end, and be
-        refused. Only a prompt that makes its own SLA
-        started now, within the instance's rows and memory, with b_SLA on. The rows are
+        past its SLA. A first-come batcher starts such prompts at once; held to b_SLA's
+        rows they would wait for a long row to end, and be refused. Only a prompt that
+        makes its own SLA started now, within the instance's rows and memory, with b_SLA
+        on. The rows are
         priced at the slower of this instance's own pace and the fleet's: an instance
         slowed by its rows or its neighbours ends its rows later than the fleet's mean
         says, and a prompt started beside them on that mean breaks their promise. And only
