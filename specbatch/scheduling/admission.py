@@ -211,12 +211,13 @@ class _BesideCharge:
     steps_s: float
     steps_at_start: int  # the instance's committing steps when it started
 
-    def unmeasured_s(self, load: InstanceLoad) -> float:
-        """The part of the charge the instance's measured pace does not show: the rows'
-        slack is reckoned at that pace, which takes in the delay of each step run since
-        (each weighs ``pace_smoothing`` in it) but not a stall it has moved past."""
-        steps = max(0, load.batch_steps.committed_steps - self.steps_at_start)
-        return self.prefill_s + self.steps_s * (1.0 - load.pace_smoothing) ** steps
+    def unmeasured_s(self, steps_now: int, pace_smoothing: float) -> float:
+        """The part of the charge the instance's measured pace does not show, its
+        committing steps now at ``steps_now``: the rows' slack is reckoned at that pace,
+        which takes in the delay of each step run since (each weighs ``pace_smoothing``
+        in it) but not a stall it has moved past."""
+        steps = max(0, steps_now - self.steps_at_start)
+        return self.prefill_s + self.steps_s * (1.0 - pace_smoothing) ** steps
 
 
 @dataclass(frozen=True)
@@ -611,11 +612,12 @@ class AdmissionPolicy:
         rows = instance.running.values()
         keeps_twice = not self._holds_allowance(instance)
         slack_s = min(self._row_slack(row, now_s, tpot, keeps_twice) for row in rows)
-        budget_s = slack_s - sum(r.beside.unmeasured_s(instance.load) for r in rows if r.beside)
+        steps_now = instance.load.batch_steps.committed_steps
+        smoothing = instance.load.pace_smoothing
+        budget_s = slack_s - sum(r.beside.unmeasured_s(steps_now, smoothing) for r in rows if r.beside)
         headroom = self._headroom(instance) - self._mix_need()
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
         token_s = self._beside_token_s(instance)
-        steps_now = instance.load.batch_steps.committed_steps
         picked: list[tuple[QueuedRequest, _BesideCharge]] = []
         for request in candidates:
             if len(picked) >= most:
