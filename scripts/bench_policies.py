@@ -17,7 +17,8 @@ same arrival times) over one gRPC stream:
                        the pace its running rows afford wherever one row alone runs,
                        refusing a request only for its own SLA (not for a queued
                        prompt's it would break), held to b_SLA's rows (no prompt
-                       started beside running rows with slack to spare), without
+                       started beside running rows with slack to spare), late rows
+                       steered to twice their budget (not 1.5 times), without
                        b_mem, without deadline shedding, one bin, length-affine
                        placement
 
@@ -32,7 +33,8 @@ where --only names them.
 
 The capacity of a set-up is the rate at which it completes requests under sustained
 overload; loads are multiples of (c)'s capacity (in `memory`: 1.0, 1.5 and 2.0x (b)'s), measured in the
-same run, and `mixed` also runs (a) at 2x its own capacity (prompt-heavy overload). One
+same run, and `mixed` also runs (a) at 2x its own capacity (prompt-heavy overload; the
+ablations of (a) named with --only at the same rate). One
 tritonserver per set-up and workload serves, in this order, a warm-up, its capacity
 probe and the loads in ascending order. With --rounds N every cell runs N times on
 fresh arrivals (the same for every set-up in a round), round by round with every
@@ -120,6 +122,11 @@ ABLATIONS = (
     Setup("no_b_sla", "(a) without b_SLA", {"env": {"SPECBATCH_B_SLA": "off"}}),
     Setup("fixed_pace", "(a) b_SLA at the fixed allowance", {"env": {"SPECBATCH_B_SLA_PACE": "allowance"}}),
     Setup("slack_pace", "(a) b_SLA at its rows' pace", {"env": {"SPECBATCH_B_SLA_PACE": "slack"}}),
+    Setup(
+        "late_twice",
+        "(a) late rows steered to twice their budget",
+        {"env": {"SPECBATCH_SLA_LATE_BUDGETS": "2"}},
+    ),
     Setup(
         "break_promises",
         "(a) refusing only for the newcomer's own SLA",
@@ -662,7 +669,7 @@ def sweep_triton(workload: ServedWorkload, args: argparse.Namespace, into: Path)
 
 @dataclass(frozen=True)
 class Turn:
-    """One turn of a run: a set-up at a load (None: (a)'s prompt-heavy overload) in a round."""
+    """One turn of a run: a set-up at a load (None: the prompt-heavy overload) in a round."""
 
     round: int
     setup: Setup
@@ -673,8 +680,10 @@ def plan(setups: list[Setup], loads: list[float], rounds: int, overload: bool) -
     """The order the cells run in. One round: every load of one set-up, then the next (one
     server at a time). Several: round by round, every set-up at one load before the next
     load, in an order rotated each round, so that a slow spell of the shared machine falls
-    on the set-ups alike instead of on whichever ran then; all servers stay up meanwhile."""
-    heavy = [s for s in setups if overload and s.name == "least_slack"]
+    on the set-ups alike instead of on whichever ran then; all servers stay up meanwhile.
+    The overload runs (a) and the ablations of (a) chosen, at (a)'s rate."""
+    ablations = {s.name for s in ABLATIONS}
+    heavy = [s for s in setups if overload and (s.name == "least_slack" or s.name in ablations)]
     turns = []
     if rounds == 1:
         for setup in setups:
@@ -751,7 +760,7 @@ def run_workload(
                     if setup.name == workload.reference:
                         reference = probe["throughput_rps"]
             if turn.load is None:
-                rate = PROMPT_HEAVY_LOAD * result["capacities"][setup.name]["throughput_rps"]
+                rate = PROMPT_HEAVY_LOAD * result["capacities"]["least_slack"]["throughput_rps"]
                 seed = arrival_seed(args, turn.round, OVERLOAD_SEED_OFFSET)
                 arrivals = workload.build(rate, args.duration, seed)
                 row = session.run("overload", rate, arrivals, PROMPT_HEAVY_LOAD)
@@ -844,7 +853,8 @@ def targets(results: list[dict]) -> list[dict]:
             ("(a) refused at once: refusal p99 s", "refusal_p99_s", REFUSED_AT_ONCE_S),
         )
         for what, key, need in overload_targets if w.get("overloads") else ():
-            values = [o[key] for o in w["overloads"] if o[key] == o[key]]  # NaN: none refused
+            mine = [o for o in w["overloads"] if o["setup"] == "least_slack"]
+            values = [o[key] for o in mine if o[key] == o[key]]  # NaN: none refused
             out.append(
                 {
                     "workload": name,
@@ -928,17 +938,22 @@ def table(rows: list[dict]) -> str:
 
 def overload_table(rows: list[dict]) -> str:
     lines = [
-        "| round | offered req/s | admitted and completed | refused | lost | admitted e2e p99 / SLA "
+        "| set-up | round | offered req/s | admitted and completed | refused | lost | admitted e2e p99 / SLA "
         "| e2e p99 s | refusal p99 s | goodput req/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['round'] + 1} | {row['rate']:.2f} | {row['completed']}/{row['offered']} "
+            f"| {setup_label(row['setup'])} | {row['round'] + 1} | {row['rate']:.2f} "
+            f"| {row['completed']}/{row['offered']} "
             f"| {row['errors']} | {row['lost']} | {number(row['e2e_over_sla_p99'])} "
             f"| {number(row['e2e_p99_s'])} | {number(row['refusal_p99_s'], 3)} | {row['goodput_rps']:.2f} |"
         )
     return "\n".join(lines)
+
+
+def setup_label(setup: str) -> str:
+    return next(s.label for s in SETUPS if s.name == setup)
 
 
 def short_label(setup: str) -> str:

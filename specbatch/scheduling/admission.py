@@ -18,8 +18,10 @@ admission decisions, taken per instance whenever it reports its state:
   (``finish_base_s`` plus its tokens at ``finish_per_token_s``, or its client's
   deadline) for its predicted tokens from the moment it started, and short rows carry
   the base of that budget over few tokens; a row that cannot end in time even at the
-  floor counts with the pace that ends it within twice its budget, and one that cannot
-  make even that counts with none; ``tpot_sla_s`` bounds the pace whatever the rows
+  floor counts with the pace that ends it within ``late_budgets`` of its budget (1.5),
+  else within twice it (the bound a late row is promised: steered to the bound itself,
+  it ends past it as often as not), and one that cannot make even that counts with
+  none; ``tpot_sla_s`` bounds the pace whatever the rows
   afford. ``b_sla_pace="slack"`` holds every instance to such a pace wherever the floor
   is (the allowance is not the SLA: held to it, an instance of short rows runs one or
   two where it could run more in time), and counts a long prompt of the mix too, as it
@@ -70,8 +72,8 @@ admission decisions, taken per instance whenever it reports its state:
   the instance's rows and memory, leaving the memory of one more prompt of the mix (the
   next row b_SLA allows needs it). Where
   b_SLA holds the instance to the paces its rows afford, a row that will end past its
-  budget guards the slack it has left of twice that budget, as b_SLA's pace does, and
-  one past both guards none; where it holds the instance to the allowance, a row that
+  budget guards the slack it has left of the next end b_SLA's pace promises it, and
+  one past all of them guards none; where it holds the instance to the allowance, a row that
   will end past its budget lets nothing start beside it.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
@@ -112,6 +114,7 @@ ORDERS = ("least_slack", "multibin", "fcfs", "shortest_first")
 PACES = ("slack", "allowance_in_reach", "allowance")  # what b_SLA holds an instance to
 UNBINNED = ("fcfs", "shortest_first")  # one queue, no capacity-sized bound
 PACE_TOLERANCE = 0.1  # b_SLA's band around its pace (ε_D), as a share of the pace
+LATE_BOUND_BUDGETS = 2.0  # a row that cannot make its finish budget still ends within this many
 
 
 class QueueFullError(RuntimeError):
@@ -159,6 +162,9 @@ class AdmissionConfig:
     keep_promises: bool = True
     # past b_SLA's rows, start a prompt whose delay to the running rows fits in their slack
     start_beside: bool = True
+    # the end b_SLA steers a row to, in finish budgets, where the row cannot make the
+    # budget itself at the floor (bounded by LATE_BOUND_BUDGETS)
+    late_budgets: float = 1.5
     # which instance starts a prompt: the least loaded, or (least slack only) its predicted
     # length's home instance unless that one cannot start it now
     placement: str = "least_loaded"
@@ -182,6 +188,10 @@ class AdmissionConfig:
             )
         if not 0 < self.eps_mem < 1:
             raise PolicyConfigError(f"eps_mem must be in (0, 1), got {self.eps_mem!r}")
+        if not 1.0 < self.late_budgets <= LATE_BOUND_BUDGETS:
+            raise PolicyConfigError(
+                f"late_budgets must be in (1, {LATE_BOUND_BUDGETS:g}], got {self.late_budgets!r}"
+            )
         for name in ("finish_base_s", "finish_per_token_s"):
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value <= 0):
@@ -194,6 +204,15 @@ class AdmissionConfig:
         than its allowance misses its end however soon it started)."""
         allowance = self.tpot_sla_s if self.finish_per_token_s is None else self.finish_per_token_s
         return min(self.tpot_sla_s, allowance)
+
+    @property
+    def promised_budgets(self) -> tuple[float, ...]:
+        """The ends b_SLA steers a row to, in finish budgets, the first it can reach first:
+        the budget; for a row that cannot make it at the floor, ``late_budgets``; and one
+        that cannot make that, the bound (``LATE_BOUND_BUDGETS``). Steered to the bound
+        itself, a late row ends past it about as often as not: b_SLA lets the pace run to
+        the top of its band, and rows joining slow the steps before it shrinks."""
+        return tuple(sorted({1.0, self.late_budgets, LATE_BOUND_BUDGETS}))
 
     def finish_budget_s(self, predicted_tokens: float) -> float:
         """Seconds from arrival a prompt of this predicted length has to its last token."""
@@ -227,8 +246,8 @@ class _AdmittedRow:
     request: QueuedRequest
     start_s: float
     need: float  # KV tokens it will hold at its end: input + predicted
-    # the seconds a token it can run at and end within its budget, and within twice it
-    affordable_paces_s: tuple[float, float]
+    # the seconds a token it can run at and end within each of the config's promised_budgets
+    affordable_paces_s: tuple[float, ...]
     beside: _BesideCharge | None = None  # started past b_SLA's rows
 
 
@@ -610,8 +629,8 @@ class AdmissionPolicy:
             return []
         tpot = max(self._tpot_estimate(), instance.load.seconds_per_token)
         rows = instance.running.values()
-        keeps_twice = not self._holds_allowance(instance)
-        slack_s = min(self._row_slack(row, now_s, tpot, keeps_twice) for row in rows)
+        keeps_late = not self._holds_allowance(instance)
+        slack_s = min(self._row_slack(row, now_s, tpot, keeps_late) for row in rows)
         steps_now = instance.load.batch_steps.committed_steps
         smoothing = instance.load.pace_smoothing
         budget_s = slack_s - sum(r.beside.unmeasured_s(steps_now, smoothing) for r in rows if r.beside)
@@ -673,26 +692,27 @@ class AdmissionPolicy:
         cfg = self.config
         return cfg.start_beside and cfg.sla_aware and cfg.order == "least_slack"
 
-    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float, keeps_twice: bool) -> float:
+    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float, keeps_late: bool) -> float:
         """Seconds a running row has to spare: from its predicted end (its start, its
         prefill and its predicted tokens at ``tpot``) to the end of its finish budget or,
-        where b_SLA ``keeps_twice`` it to a late row, of twice that budget (each no later
-        than its client's deadline): the promises b_SLA's pace keeps to it. Held to the
-        allowance, b_SLA keeps one, the budget itself, and a row that will end past it
-        shows an instance slower than that pace: it guards all it has (none to spare).
-        Held to the pace its rows can afford, b_SLA keeps twice the budget to a row that
-        cannot make the budget at the floor, and a row past both has no promise left to
-        keep and no slack to guard (infinite)."""
+        where b_SLA ``keeps_late`` promises to a late row, of the first later end it
+        promises (``promised_budgets``; each no later than its client's deadline): the
+        promises b_SLA's pace keeps to it. Held to the allowance, b_SLA keeps one, the
+        budget itself, and a row that will end past it shows an instance slower than that
+        pace: it guards all it has (none to spare). Held to the pace its rows can afford,
+        b_SLA keeps the later ends to a row that cannot make the budget at the floor, and
+        a row past all of them has no promise left to keep and no slack to guard
+        (infinite)."""
         request = row.request
         budget_s = self.config.finish_budget_s(request.predicted_tokens)
         end_s = max(now_s, row.start_s + self._service_s(request, tpot))
-        for multiple in (1.0, 2.0) if keeps_twice else (1.0,):
+        for multiple in self.config.promised_budgets if keeps_late else (1.0,):
             due_s = request.arrival_s + multiple * budget_s
             if request.deadline_s is not None:
                 due_s = min(due_s, request.deadline_s)
             if due_s >= end_s:
                 return due_s - end_s
-        return math.inf if keeps_twice else 0.0
+        return math.inf if keeps_late else 0.0
 
     # ---- internals --------------------------------------------------------------------
 
@@ -774,12 +794,13 @@ class AdmissionPolicy:
             floor is None or floor <= cfg.pace_s * (1.0 + PACE_TOLERANCE)
         )
 
-    def _newcomer_paces_s(self) -> tuple[float, float]:
+    def _newcomer_paces_s(self) -> tuple[float, ...]:
         """The paces a long prompt of the mix (two standard deviations above the mean
-        predicted length the queue has seen) affords started on arrival: within its
-        budget and within twice it. Rows that afford more would let the pace drift past
-        what such a prompt can afford, and the instance then refuses long prompts (they
-        would start too late at its pace) or serves them late while it drains."""
+        predicted length the queue has seen) affords started on arrival, to end within
+        each of the ends b_SLA promises (``promised_budgets``). Rows that afford more
+        would let the pace drift past what such a prompt can afford, and the instance
+        then refuses long prompts (they would start too late at its pace) or serves them
+        late while it drains."""
         tokens = min(
             self.config.max_predicted_tokens,
             max(1.0, self._predicted.mean + 2.0 * math.sqrt(self._predicted.variance)),
@@ -787,19 +808,20 @@ class AdmissionPolicy:
         long_prompt = QueuedRequest("a long prompt of the mix", tokens, round(self._inputs.mean), 0.0)
         return self._affordable_paces_s(long_prompt, 0.0)
 
-    def _affordable_paces_s(self, request: QueuedRequest, start_s: float) -> tuple[float, float]:
+    def _affordable_paces_s(self, request: QueuedRequest, start_s: float) -> tuple[float, ...]:
         """Seconds a token a prompt started at ``start_s`` can run at, after its prefill,
-        and still end within its finish budget, and within twice that budget (either
-        no later than its client's deadline)."""
+        and still end within each of the ends b_SLA promises (``promised_budgets``: its
+        finish budget, then the later ones of a late row; each no later than its
+        client's deadline)."""
         budget_s = self.config.finish_budget_s(request.predicted_tokens)
         tokens = max(request.predicted_tokens, 1.0)
         paces = []
-        for budgets in (1.0, 2.0):
+        for budgets in self.config.promised_budgets:
             end_s = request.arrival_s + budgets * budget_s
             if request.deadline_s is not None:
                 end_s = min(end_s, request.deadline_s)
             paces.append((end_s - start_s - self._prefill_s(request)) / tokens)
-        return paces[0], paces[1]
+        return tuple(paces)
 
     def _need(self, request: QueuedRequest) -> float:
         """KV tokens a row will hold at its end (by prediction), or only its prompt for fcfs."""

@@ -9,6 +9,7 @@ import pytest
 
 from specbatch.scheduling import QueuedRequest
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy, QueueFullError
+from specbatch.scheduling.errors import PolicyConfigError
 from specbatch.scheduling.load import BatchStepCounter, InstanceLoad
 from specbatch.scheduling.prefixes import PrefixHolders, prefix_keys
 from specbatch.scheduling.simulate.continuous import (
@@ -562,6 +563,24 @@ def test_a_row_the_floor_cannot_save_holds_the_instance_to_twice_its_budget_not_
     assert admission.capacity("a").pace_s == pytest.approx((2 * 2.5 - 10 / 2000) / 200)
     fixed, _ = b_sla_after([200] + [10] * 7, 0.022, floor_s=0.02, b_sla_pace="allowance")
     assert slack >= 8 > fixed == 1, "held to 10 ms a token, no batch is fast enough: it collapses"
+
+
+def test_a_row_the_floor_cannot_save_is_steered_to_end_halfway_to_twice_its_budget_where_in_reach():
+    # one row alone runs at 15 ms a token: the 200-token row's 12.5 ms is out of reach,
+    # 18.75 ms (1.5 x 2.5 s for 200 tokens) is not, and b_SLA steers to it rather than to
+    # 25 ms (twice), which the pace would overshoot as often as not
+    held, admission = b_sla_after([200] + [10] * 7, 0.024, floor_s=0.015)
+    assert admission.capacity("a").pace_s == pytest.approx((1.5 * 2.5 - 10 / 2000) / 200)
+    assert held < 8, "24 ms a token is too slow for 1.5 times the budget"
+    twice, admission = b_sla_after([200] + [10] * 7, 0.024, floor_s=0.015, late_budgets=2.0)
+    assert admission.capacity("a").pace_s == pytest.approx((2 * 2.5 - 10 / 2000) / 200)
+    assert twice >= 8 > held
+
+
+@pytest.mark.parametrize("late_budgets", [1.0, 2.5, float("nan")])
+def test_a_late_rows_promised_end_lies_past_its_budget_and_within_twice_it(late_budgets):
+    with pytest.raises(PolicyConfigError, match="late_budgets"):
+        AdmissionConfig(late_budgets=late_budgets)
 
 
 def test_rows_lost_even_at_twice_their_budget_hold_the_instance_to_the_per_token_sla_only():

@@ -49,7 +49,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     `sla_finish_base_ms` + its tokens x `sla_finish_per_token_ms` (0: `sla_ttft_ms` and
     `sla_tpot_ms`); b_SLA holds each instance's pace to the tighter of `sla_tpot_ms`
     and `sla_finish_per_token_ms` a token, and where one row alone runs slower than that,
-    to what its running rows can afford of their finish budgets (`b_sla_pace`:
+    to what its running rows can afford of their finish budgets, a row that cannot make
+    its own steered to end within `sla_late_budgets` of it, else twice (`b_sla_pace`:
     `allowance_in_reach`; `slack`: the rows' pace, and a long prompt of the mix's,
     wherever one row runs; `allowance`: the allowance always, Algorithm 2 as written). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
@@ -78,6 +79,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             b_sla_pace=settings.raw("b_sla_pace", "allowance_in_reach"),
             keep_promises=settings.switch("keep_promises", True),
             start_beside=settings.switch("start_beside", True),
+            late_budgets=settings.number("sla_late_budgets", 1.5),
             placement=settings.raw("placement", "least_loaded"),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
