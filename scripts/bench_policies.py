@@ -696,7 +696,7 @@ def plan(setups: list[Setup], loads: list[float], rounds: int, overload: bool) -
         order = setups[shift:] + setups[:shift]
         for load in loads:
             turns += [Turn(index, setup, load) for setup in order]
-        turns += [Turn(index, setup, None) for setup in heavy]
+        turns += [Turn(index, setup, None) for setup in order if setup in heavy]
     return turns
 
 
