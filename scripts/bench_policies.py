@@ -681,9 +681,10 @@ def plan(setups: list[Setup], loads: list[float], rounds: int, overload: bool) -
     server at a time). Several: round by round, every set-up at one load before the next
     load, in an order rotated each round, so that a slow spell of the shared machine falls
     on the set-ups alike instead of on whichever ran then; all servers stay up meanwhile.
-    The overload runs (a) and the ablations of (a) chosen, at (a)'s rate."""
-    ablations = {s.name for s in ABLATIONS}
-    heavy = [s for s in setups if overload and (s.name == "least_slack" or s.name in ablations)]
+    The overload runs (a) and, where (a) runs, the ablations of (a) chosen, at (a)'s rate."""
+    names = {s.name for s in setups} if overload else set()
+    heavy_names = {"least_slack", *(s.name for s in ABLATIONS)} if "least_slack" in names else set()
+    heavy = [s for s in setups if s.name in heavy_names]
     turns = []
     if rounds == 1:
         for setup in setups:

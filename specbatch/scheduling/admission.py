@@ -73,8 +73,8 @@ admission decisions, taken per instance whenever it reports its state:
   next row b_SLA allows needs it). Where
   b_SLA holds the instance to the paces its rows afford, a row that will end past its
   budget guards the slack it has left of the next end b_SLA's pace promises it, and
-  one past all of them guards none; where it holds the instance to the allowance, a row that
-  will end past its budget lets nothing start beside it.
+  one past all of them guards none; where it holds the instance to the allowance, a
+  row that will end past its budget lets nothing start beside it.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to

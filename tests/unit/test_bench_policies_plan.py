@@ -86,6 +86,8 @@ def test_an_ablation_of_a_chosen_with_it_runs_the_overload_too_in_the_rounds_ord
         (1, "late_twice", None),
         (1, "least_slack", None),
     ], "in the order of the round, rotated as at the loads"
+    without_a = cells(plan([B, late], [1.0], 2, overload=True))
+    assert [cell for cell in without_a if cell[2] is None] == [], "its rate is twice (a)'s capacity"
 
 
 def test_the_reference_runs_first_whichever_it_is():

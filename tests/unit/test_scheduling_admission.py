@@ -7,9 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specbatch.scheduling import QueuedRequest
+from specbatch.scheduling import PolicyConfigError, QueuedRequest
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy, QueueFullError
-from specbatch.scheduling.errors import PolicyConfigError
 from specbatch.scheduling.load import BatchStepCounter, InstanceLoad
 from specbatch.scheduling.prefixes import PrefixHolders, prefix_keys
 from specbatch.scheduling.simulate.continuous import (
