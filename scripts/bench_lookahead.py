@@ -43,6 +43,7 @@ lagging and their catch-up), round by round.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import itertools
 import json
@@ -93,6 +94,9 @@ PROMPT_RANGE = (16, 256)
 # decoding the more clients there are (at 32 clients on a50, 2 cores: about 5 s before
 # tokens/s levels off).
 WARM_PER_CLIENT = 0.2
+# Fewest requests a whole-workload round serves (--requests-per-client): at one or four
+# clients a few requests per client are a handful, one long answer most of the work.
+MIN_REQUESTS = 16
 
 
 def _lookahead(policy: str) -> int | str:
@@ -171,12 +175,19 @@ class Relay:
 
 class ClosedLoop:
     """``concurrency`` clients of one engine, each submitting the workload's next request
-    as soon as its previous one ends; counts the tokens streamed."""
+    as soon as its previous one ends; counts the tokens streamed. With a ``limit`` the
+    clients stop once that many requests were submitted, and ``finished`` is set when
+    the last of them has ended (otherwise they cycle through the workload until
+    stopped)."""
 
-    def __init__(self, engine: Engine, jobs: list[Job], concurrency: int, mode: str) -> None:
+    def __init__(
+        self, engine: Engine, jobs: list[Job], concurrency: int, mode: str, limit: int | None = None
+    ) -> None:
         self.engine, self.jobs, self.mode = engine, jobs, mode
         self.tokens = 0
-        self._next_job = itertools.cycle(range(len(jobs)))
+        self._next_job = itertools.cycle(range(len(jobs))) if limit is None else iter(range(limit))
+        self._clients_left = concurrency
+        self.finished = threading.Event()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._in_flight: dict[int, RowHandle] = {}
@@ -192,14 +203,23 @@ class ClosedLoop:
     def _client(self, index: int) -> None:
         done = threading.Semaphore(0)
         sink = _ClientSink(self, done)
-        while not self._stop.is_set():
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    position = next(self._next_job, None)
+                if position is None:
+                    return
+                job = self.jobs[position % len(self.jobs)]
+                self._in_flight[index] = self.engine.submit(
+                    GenerationRequest(job.prompt, max_new_tokens=job.new_tokens), sink, mode=self.mode
+                )
+                done.acquire()
+                self._in_flight.pop(index, None)
+        finally:
             with self._lock:
-                job = self.jobs[next(self._next_job)]
-            self._in_flight[index] = self.engine.submit(
-                GenerationRequest(job.prompt, max_new_tokens=job.new_tokens), sink, mode=self.mode
-            )
-            done.acquire()
-            self._in_flight.pop(index, None)
+                self._clients_left -= 1
+                if not self._clients_left:
+                    self.finished.set()
 
     def stop(self) -> None:
         """End every client, cancelling its row in flight (its engine must hold the relay)."""
@@ -347,36 +367,28 @@ def relay_round(
     window: float,
     args,
 ) -> list[dict]:
-    """Every engine from empty, on the round's own workload, runs a closed loop for
-    ``warm`` + ``window`` seconds of its own, in slices handed round by the relay; its
-    tokens/s is what it streamed in the window's slices over their seconds."""
-    jobs = make_workload(
-        next(iter(engines.values())).pair, 400, seed=13 + round_index, prompt_range=PROMPT_RANGE
-    )
+    """Every engine from empty, on the round's own workload, runs a closed loop in
+    slices handed round by the relay: for ``warm`` + ``window`` seconds of its own, its
+    tokens/s what it streamed in the window's slices over their seconds; or, with
+    ``args.requests_per_client``, through the same requests to the end (that many per
+    client, at least MIN_REQUESTS), its tokens/s all it streamed over all the seconds it
+    held the relay."""
+    limit = max(MIN_REQUESTS, args.requests_per_client * concurrency) if args.requests_per_client else None
+    model_pair = next(iter(engines.values())).pair
+    jobs = make_workload(model_pair, max(400, limit or 0), seed=13 + round_index, prompt_range=PROMPT_RANGE)
     loops = {
         policy: ClosedLoop(
-            engine, jobs, concurrency, "target_only" if policy == "target_only" else "speculative"
+            engine, jobs, concurrency, "target_only" if policy == "target_only" else "speculative", limit
         )
         for policy, engine in engines.items()
     }
-    held = dict.fromkeys(engines, 0.0)
-    timed = {policy: [0.0, 0] for policy in engines}  # seconds, tokens
     before = {policy: engine.lookahead_steps for policy, engine in engines.items()}
     rotation = round_index * 5 + concurrency
-    while any(seconds < warm + window for seconds in held.values()):
-        for policy in _rotated(list(engines), rotation):
-            if held[policy] >= warm + window:
-                continue
-            limit = warm if held[policy] < warm else warm + window
-            tokens = loops[policy].tokens
-            seconds = relay.hold(
-                policy, engines[policy], min(args.slice * scale_of(pair), limit - held[policy])
-            )
-            if held[policy] >= warm:
-                timed[policy][0] += seconds
-                timed[policy][1] += loops[policy].tokens - tokens
-            held[policy] += seconds
-        rotation += 1
+    slice_seconds = args.slice * scale_of(pair)
+    if limit is None:
+        timed = _windows(relay, engines, loops, rotation, slice_seconds, warm, window)
+    else:
+        timed = _to_the_end(relay, engines, loops, rotation, slice_seconds)
     for policy, loop in loops.items():
         relay.alone(policy, engines[policy], loop.stop)
     rows = []
@@ -391,11 +403,62 @@ def relay_round(
                 "policy": policy,
                 "tokens_per_s": timed[policy][1] / timed[policy][0],
                 "seconds": timed[policy][0],
+                "tokens": timed[policy][1],
                 "mean_k": _mean_k(steps),
                 "plain_step_fraction": steps.get(0, 0) / max(1, sum(steps.values())),
             }
         )
     return rows
+
+
+def _windows(
+    relay: Relay,
+    engines: dict[str, Engine],
+    loops: dict[str, ClosedLoop],
+    rotation: int,
+    slice_seconds: float,
+    warm: float,
+    window: float,
+) -> dict[str, tuple[float, int]]:
+    """Each engine's (seconds, tokens) of its window, after ``warm`` seconds of its own."""
+    held = dict.fromkeys(engines, 0.0)
+    timed = {policy: (0.0, 0) for policy in engines}
+    while any(seconds < warm + window for seconds in held.values()):
+        for policy in _rotated(list(engines), rotation):
+            if held[policy] >= warm + window:
+                continue
+            limit = warm if held[policy] < warm else warm + window
+            tokens = loops[policy].tokens
+            seconds = relay.hold(policy, engines[policy], min(slice_seconds, limit - held[policy]))
+            if held[policy] >= warm:
+                timed[policy] = (timed[policy][0] + seconds, timed[policy][1] + loops[policy].tokens - tokens)
+            held[policy] += seconds
+        rotation += 1
+    return timed
+
+
+def _to_the_end(
+    relay: Relay,
+    engines: dict[str, Engine],
+    loops: dict[str, ClosedLoop],
+    rotation: int,
+    slice_seconds: float,
+) -> dict[str, tuple[float, int]]:
+    """Each engine's (seconds, tokens) of serving its whole workload: the same requests,
+    so the same tokens, for every engine. A window of a few seconds catches each engine
+    at its own point of the workload (a burst of prompts to prefill, or rows all
+    decoding), so two identical engines read apart by that alone; whole workloads do
+    not."""
+    held = dict.fromkeys(engines, 0.0)
+    while not all(loop.finished.is_set() for loop in loops.values()):
+        for policy in _rotated(list(engines), rotation):
+            finished = loops[policy].finished
+            if not finished.is_set():
+                held[policy] += relay.alone(
+                    policy, engines[policy], functools.partial(finished.wait, slice_seconds)
+                )
+        rotation += 1
+    return {policy: (held[policy], loop.tokens) for policy, loop in loops.items()}
 
 
 def scale_of(pair: str) -> float:
@@ -634,6 +697,14 @@ def main() -> None:
         "--slice", type=float, default=0.5, help="seconds an engine holds the relay at a time"
     )
     parser.add_argument(
+        "--requests-per-client",
+        type=int,
+        default=None,
+        help="instead of windows, every engine serves the round's same requests to the end, this "
+        f"many per client and at least {MIN_REQUESTS} (--warm and --window unused): the same "
+        "tokens for every policy, so two runs of the same policy read within a few per cent",
+    )
+    parser.add_argument(
         "--compare",
         nargs="+",
         choices=COMPARED,
@@ -680,11 +751,15 @@ def main() -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
+    rounds = (
+        f"{args.requests_per_client} requests per client served to the end"
+        if args.requests_per_client
+        else f"{args.warm:.1f} s + {WARM_PER_CLIENT} s per client + {args.window:.1f} s windows"
+    )
     print(
         f"\n## K policies, closed loop ({'quick' if args.quick else 'full'}, commit {commit}, "
         f"{machine(args.device)}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, "
-        f"{args.rounds} rounds of {args.warm:.1f} s + {WARM_PER_CLIENT} s per client + {args.window:.1f} s "
-        f"windows in {args.slice:.2f} s slices (all twice as long on a90-12L), "
+        f"{args.rounds} rounds of {rounds} in {args.slice:.2f} s slices (all twice as long on a90-12L), "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
     if tuple(args.compare) != COMPARED:
