@@ -22,6 +22,13 @@ one engine step at a time, for a slice of wall time (0.5 s) in an order rotated 
 turn, until each has run a warm-up and then a window of its own time; a policy's
 tokens/s is what its engine streamed in the window's slices over their seconds. So
 every policy runs under the same machine speed however a shared machine drifts.
+With ``--requests-per-client`` a round is instead a whole workload: every engine serves
+the round's same requests to the end (that many per client, at least 16), and its
+tokens/s is all it streamed over all the seconds it held the relay. Every policy then
+streams the same tokens, from the same burst of first prompts to the same last rows, so
+two runs of the same policy read within a few per cent where windows of a few seconds,
+each catching its engine at its own point of the workload, read up to 20 % apart; it
+takes several times as long, so it is for head-to-heads on a few cells.
 Before its rounds at a concurrency, the policies that learn (the rule, goodput) run
 one untimed round of their own. The table gives the median over rounds and the spread.
 A plain control runs beside them: K = 0 at every step through the speculative path, the
@@ -33,6 +40,8 @@ far apart two runs of the same work come out, the resolution every other ratio h
     python scripts/bench_lookahead.py --pairs a70 --concurrency 1 --log-choices /tmp/steps.json
     python scripts/bench_lookahead.py --pairs a70 --concurrency 32 --compare fixed_1 fixed_2 \
         --rounds 5 --window 6   # a head-to-head: longer windows, fewer competitors
+    python scripts/bench_lookahead.py --pairs a70 --concurrency 16 --compare fixed_1 fixed_2 \
+        --requests-per-client 4   # a head-to-head on whole workloads: the same tokens for all
 
 Prints a markdown table and the targets, writes JSON rows and a PNG; ``--log-choices``
 also writes every step goodput was told of (its K, rows, predicted and realised tokens
