@@ -667,10 +667,11 @@ def plot(cells: list[dict], path: Path) -> None:
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_title(pair)
+        fixed = [p.removeprefix("fixed_") for p in FIXED if p in mine[0]["medians"]]
+        ax.set_title(f"{pair} (K = {', '.join(fixed)})" if fixed else pair)
         ax.set_xlabel("concurrency (closed loop)")
     axes[0][0].set_ylabel("tokens/s over target-only (median)")
-    axes[0][0].legend(fontsize=7, title="grey: fixed K = 1..8", title_fontsize=7)
+    axes[0][0].legend(fontsize=7, title="grey: the fixed Ks in the title", title_fontsize=7)
     save_figure(fig, path, dpi=110)
 
 
