@@ -647,12 +647,14 @@ def plot(cells: list[dict], path: Path) -> None:
                 xs,
                 [c["medians"]["adaptive_rule"] / c["medians"]["target_only"] for c in mine],
                 "x--",
+                color="C0",
                 label="rule",
             )
         ax.plot(
             xs,
             [c["medians"][c["best_other"]] / c["medians"]["target_only"] for c in mine],
             "s:",
+            color="C1",
             label="best fixed K / rule",
         )
         # every line the same statistic (median tokens/s over target-only's median): the
@@ -662,6 +664,7 @@ def plot(cells: list[dict], path: Path) -> None:
             [c["medians"]["goodput"] / c["medians"]["target_only"] for c in mine],
             "o-",
             lw=2,
+            color="C2",
             label="goodput",
         )
         ax.axhline(1.0, color="black", lw=0.8)
