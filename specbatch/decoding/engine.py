@@ -89,6 +89,25 @@ class MemoryPeaks:
             )
 
 
+@dataclass(frozen=True)
+class DecodedStep:
+    """One decode step as the policy is told of it once its tokens are delivered: K
+    (0: plain), the batch that ran it and the plain rows beside it as they stood before
+    it, how many rows in all, the accepted draft count per speculative row, the tokens
+    committed, the seconds charged to it (passes and the newcomers' catch-up share) and
+    the seconds of the iteration spent in passes, catch-up and waiting for the device
+    (what is not the iteration's rest)."""
+
+    lookahead: int
+    shape: BatchShape
+    beside_shape: BatchShape | None
+    rows: int
+    accepted: list[int]
+    committed: int
+    seconds: float
+    timed: float
+
+
 class Engine:
     """Continuous (iteration-level) batching of speculative and plain decoding over one
     :class:`ModelPair`, with KV memory in blocks.
@@ -389,6 +408,7 @@ class Engine:
         started = time.perf_counter()
         if self.step_hook is not None:
             self.step_hook()
+        begun = time.perf_counter()
         self._drop_cancelled_and_expired(cancels)
         self._admit()
         if not self._running:
@@ -397,10 +417,13 @@ class Engine:
         speculating = self.lookahead.k > 0
         prefilled_before = self.runner.prefilled_tokens
         self._prefill(catch_up=speculating)
-        committed = self._decode(caught_up=speculating)
+        prefill_seconds = time.perf_counter() - begun
+        committed, step = self._decode(caught_up=speculating)
         if committed:
             self._deliver(committed)
             ended = time.perf_counter()
+            if step is not None:
+                self._record_step(step, ended - begun - prefill_seconds - step.timed)
             elapsed = ended - started
             tokens = sum(len(t) for t in committed.values())
             prefilled = self.runner.prefilled_tokens - prefilled_before
@@ -499,17 +522,20 @@ class Engine:
         end = row.seq_len + k - 1
         return self._draft_writable_end(row, row.draft_cached, end) == end
 
-    def _decode(self, caught_up: bool) -> dict[Row, list[int]]:
-        """One decode step over every prefilled row; the committed tokens per row. A
-        choice that switches speculation on (the drafts were not ``caught_up`` this
-        iteration) feeds the lagging drafts at once, so the step it chose runs now
-        rather than as a plain step beside drafts that lag, which would leave the next
-        choice to pay the same catch-up again."""
+    def _decode(self, caught_up: bool) -> tuple[dict[Row, list[int]], DecodedStep | None]:
+        """One decode step over every prefilled row: the committed tokens per row, and
+        the step for the policy to be told of once delivered. A choice that switches
+        speculation on (the drafts were not ``caught_up`` this iteration) feeds the
+        lagging drafts at once, so the step it chose runs now rather than as a plain
+        step beside drafts that lag, which would leave the next choice to pay the same
+        catch-up again."""
         ready = [r for r in self._running if r.prefilled()]
         speculative = [r for r in ready if r.mode == "speculative"]
         k = self._choose_lookahead(speculative)
+        timed_from = time.perf_counter()  # passes and catch-up from here on: not the iteration's rest
         if k > 0 and not caught_up:
             self._catch_up(speculative)
+        timed = time.perf_counter() - timed_from
         k = self._make_room(ready, k)
         ready = [r for r in ready if r in self._running]  # preemption may have taken some
         spec_rows = [
@@ -523,31 +549,41 @@ class Engine:
         committed: dict[Row, list[int]] = {}
         self._lookahead_steps[k if spec_rows else 0] += 1
         counts: list[int] = []
-        seconds = 0.0
         # the step is judged against the batch as it stood before it ran: its own
         # outcome must not move the acceptance it is predicted from
         judged, beside = (spec_rows, plain_target) if spec_rows else (plain_target, [])
         shape = self._batch_shape(judged) if judged else None
         beside_shape = self._batch_shape(beside) if beside else None
+        drained_from = time.perf_counter()
         self.runner.clock.drain()  # this iteration's prefill is not the step's cost
+        started = time.perf_counter()
+        timed += started - drained_from
         if spec_rows:
-            started = time.perf_counter()
             tokens, counts = self.runner.speculative_step(spec_rows, k)
             committed.update(zip(spec_rows, tokens, strict=True))
             self._acceptance.record(sum(counts), sum(1 for n in counts if n < k))
-            seconds = time.perf_counter() - started + self._catch_up_charge(spec_rows, committed)
         if plain_target:
-            started = time.perf_counter()
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
-            seconds += time.perf_counter() - started
-        if shape is not None:
-            self._record_step(
-                shape, beside_shape, judged, beside, k if spec_rows else 0, committed, counts, seconds
-            )
+        passes = time.perf_counter() - started
+        charge = self._catch_up_charge(spec_rows, committed) if spec_rows else 0.0
         if draft_only:
+            started = time.perf_counter()
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
+            timed += time.perf_counter() - started
         self._tokens_per_row_step.update(len(t) for t in committed.values())
-        return committed
+        if shape is None:
+            return committed, None
+        step = DecodedStep(
+            lookahead=k if spec_rows else 0,
+            shape=shape,
+            beside_shape=beside_shape,
+            rows=len(judged) + len(beside),
+            accepted=counts,
+            committed=sum(len(committed[r]) for r in judged + beside),
+            seconds=passes + charge,
+            timed=timed + passes,
+        )
+        return committed, step
 
     def _catch_up_charge(self, spec_rows: list[Row], committed: dict[Row, list[int]]) -> float:
         """The newcomers' draft catch-up this speculative step is charged (see
@@ -576,32 +612,22 @@ class Engine:
         k = self.lookahead.choose(self._batch_shape(rows))
         return max(0, min(k, max(r.remaining for r in rows) - 1))
 
-    def _record_step(
-        self,
-        shape: BatchShape,
-        beside_shape: BatchShape | None,
-        rows: list[Row],
-        beside: list[Row],
-        k: int,
-        committed: dict[Row, list[int]],
-        accepted: list[int],
-        seconds: float,
-    ) -> None:
-        """Tell the policy what choosing K delivered (K = 0: a plain step of ``rows``),
-        ``shape`` and ``beside_shape`` being ``rows`` and ``beside`` as they stood
-        before the step. With K > 0, ``rows`` speculated and ``beside`` (a lagging
-        draft, a target-only request) ran a plain pass of their own: its seconds are the
-        step's, and so are the token each of those rows committed; ``accepted`` has one
-        count per speculative row."""
+    def _record_step(self, step: DecodedStep, rest: float) -> None:
+        """Tell the policy what choosing K delivered, its seconds including ``rest``: the
+        iteration's time outside prefill, catch-up and passes (admitting, choosing,
+        delivering), which the ``iteration`` cost model learns here and every K pays
+        once a step."""
+        rest = max(0.0, rest)
+        self.runner.costs["iteration"].observe(step.rows, 0, 0, rest)
         self.lookahead.record(
             StepOutcome(
-                lookahead=k,
-                batch=shape,
-                drafted=k * len(accepted),
-                accepted=sum(accepted),
-                committed=sum(len(committed[r]) for r in rows + beside),
-                seconds=seconds,
-                beside=beside_shape,
+                lookahead=step.lookahead,
+                batch=step.shape,
+                drafted=step.lookahead * len(step.accepted),
+                accepted=sum(step.accepted),
+                committed=step.committed,
+                seconds=step.seconds + rest,
+                beside=step.beside_shape,
             )
         )
 

@@ -5,8 +5,10 @@
   comes from each row's measured acceptance α (shrunk towards the instance's as far as
   rows are seen to differ: :class:`specbatch.decoding.rows.AcceptanceTracker`) and the
   fitted costs of a draft pass c(B) and a verify pass v(B, K) at that batch size (at
-  the padded shapes the step runs); what each K then actually delivered corrects it
-  (:mod:`specbatch.decoding.realised`).
+  the padded shapes the step runs), plus what a step costs besides its passes, the
+  engine's iteration around it included (admitting, choosing K, delivering: paid once
+  a step whatever it commits, so it favours fewer, longer steps); what each K then
+  actually delivered corrects it (:mod:`specbatch.decoding.realised`).
   K = 0 is plain target decoding and always a candidate, so where speculation does
   not pay (low acceptance, or under load where verify costs grow with K) it switches
   itself off instead of slowing the server down. The draft is fed only while the
@@ -178,9 +180,11 @@ class GoodputLookahead:
     """K by committed tokens per second (``lookahead=goodput``): predicted, then corrected
     by what each K delivered.
 
-    ``costs`` holds the fitted models of a target pass, a draft pass and the rest of a
+    ``costs`` holds the fitted models of a target pass, a draft pass, the rest of a
     speculative or plain step (``step_speculative``, ``step_plain``: building inputs,
-    sampling, verification), which favours fewer, longer steps when it is large.
+    sampling, verification) and the rest of the engine's iteration (``iteration``:
+    admitting, choosing K, delivering), which every K pays once a step; the last two
+    favour fewer, longer steps the larger they are.
     ``verify_columns(k)`` is the draft columns a verify pass with K = k runs at (padded
     under compilation) and ``padded_rows(n)`` the rows a pass of n rows runs at, so the
     prediction prices the shape the step really runs; the realised correction prices
@@ -197,6 +201,7 @@ class GoodputLookahead:
         self.target_costs = costs["target"]
         self.draft_costs = costs["draft"]
         self.step_costs = {True: costs["step_speculative"], False: costs["step_plain"]}
+        self.iteration_costs = costs["iteration"]
         self.verify_columns = verify_columns
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
@@ -205,7 +210,14 @@ class GoodputLookahead:
         self._held_remaining: tuple[int, ...] = ()  # its rows' tokens left at its next step
 
     def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
-        """Predicted (committed tokens, seconds) of one step with K = ``lookahead``."""
+        """Predicted (committed tokens, seconds) of one step with K = ``lookahead``, the
+        rest of its iteration included."""
+        tokens, seconds = self._step(batch, lookahead)
+        return tokens, seconds + self.iteration_costs.predict(len(batch.alphas), 0, 0)
+
+    def _step(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
+        """Predicted (committed tokens, seconds) of the step's passes and its own
+        overhead with K = ``lookahead``, and the catch-up it owes."""
         rows, span = self.padded_rows(len(batch.alphas)), batch.span
         overhead = self.step_costs[lookahead > 0].predict(rows, 0, 0)
         if lookahead == 0:
@@ -222,12 +234,13 @@ class GoodputLookahead:
 
     def predict_step(self, step: StepOutcome) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of what ``step`` ran: its rows at its K
-        and, beside them, a plain pass of the rest (one token each)."""
-        tokens, seconds = self.predict(step.batch, step.lookahead)
-        if step.beside is None or not step.beside.alphas:
-            return tokens, seconds
-        beside_tokens, beside_seconds = self.predict(step.beside, 0)
-        return tokens + beside_tokens, seconds + beside_seconds
+        and, beside them, a plain pass of the rest (one token each), in one iteration."""
+        tokens, seconds = self._step(step.batch, step.lookahead)
+        rows = len(step.batch.alphas) + step.plain_beside
+        if step.plain_beside:
+            beside_tokens, beside_seconds = self._step(step.beside, 0)
+            tokens, seconds = tokens + beside_tokens, seconds + beside_seconds
+        return tokens, seconds + self.iteration_costs.predict(rows, 0, 0)
 
     def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
         """The draft catch-up that speculating with K = ``lookahead`` needs first, per

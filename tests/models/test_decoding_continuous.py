@@ -460,3 +460,39 @@ def test_a_step_is_judged_against_the_batch_as_it_stood_before_it_ran(pair, refe
     assert len(judged) >= 3
     for offered, outcome in judged:
         assert (outcome.batch.alphas, outcome.batch.span) == (offered.alphas, offered.span)
+
+
+class _Recorded:
+    """Fixed K = 2 that keeps every outcome it is told of."""
+
+    name = "recorded"
+
+    def __init__(self) -> None:
+        self.k = 2
+        self.outcomes: list[StepOutcome] = []
+
+    def choose(self, batch: BatchShape) -> int:
+        return self.k
+
+    def record(self, step: StepOutcome) -> None:
+        self.outcomes.append(step)
+
+
+def test_the_iteration_around_a_step_is_part_of_what_the_step_cost(pair, reference) -> None:
+    # Delivering a step's tokens (here a sink that takes 5 ms over them) is paid once a
+    # step whatever it commits, outside the passes: the policy is told the step's
+    # seconds with it, and the engine's iteration cost model learns it, so the choice of
+    # K prices it for every K. Output stays exact.
+    delivery = 0.005
+    rows = prompts(2, pair.vocab_size, seed=13, min_len=12, max_len=16)
+    engine = Engine(pair)
+    policy = _Recorded()
+    engine.lookahead = policy
+    sink = _Collect(2, on_tokens=lambda _: time.sleep(delivery))
+    engine.submit_many([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows], sink)
+    for key, prompt in enumerate(rows):
+        assert sink.wait()[key].tokens == reference(tuple(prompt))
+    assert policy.outcomes and all(o.seconds >= delivery for o in policy.outcomes)
+    iteration = engine.runner.costs["iteration"]
+    assert iteration.observations == len(policy.outcomes)
+    assert iteration.predict(2, 0, 0) >= 0.9 * delivery

@@ -23,11 +23,15 @@ def _costs(per_token: float, fixed: float) -> PassCosts:
     return costs
 
 
+def _passes_alone(passes: PassCosts) -> dict[str, PassCosts]:
+    """Costs in which both networks' passes cost ``passes`` and nothing else costs."""
+    free = {name: _costs(0, 0) for name in ("step_speculative", "step_plain", "iteration")}
+    return {"target": passes, "draft": passes, **free}
+
+
 def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction():
     passes = _costs(1e-4, 0.01)
-    policy = GoodputLookahead(
-        {"target": passes, "draft": passes, "step_speculative": _costs(0, 0), "step_plain": _costs(0, 0)}
-    )
+    policy = GoodputLookahead(_passes_alone(passes))
     ticks = iter([100.0, 100.5, 101.25])
     log = ChoiceLog(clock=lambda: next(ticks))
     log.attach(policy)
@@ -65,9 +69,7 @@ def test_each_recorded_step_is_logged_in_its_round_with_the_policys_prediction()
 
 def test_each_choice_is_logged_with_every_ks_corrected_prediction():
     passes = _costs(1e-4, 0.01)
-    policy = GoodputLookahead(
-        {"target": passes, "draft": passes, "step_speculative": _costs(0, 0), "step_plain": _costs(0, 0)}
-    )
+    policy = GoodputLookahead(_passes_alone(passes))
     ticks = iter([10.0, 12.0])
     log = ChoiceLog(clock=lambda: next(ticks))
     log.attach(policy)

@@ -76,9 +76,16 @@ def _costs(per_token: float, fixed: float) -> PassCosts:
     return costs
 
 
-def _policy_costs(target: PassCosts, draft: PassCosts, overhead: float = 0.0) -> dict[str, PassCosts]:
-    steps = _costs(per_token=0.0, fixed=overhead)
-    return {"target": target, "draft": draft, "step_speculative": steps, "step_plain": _costs(0.0, overhead)}
+def _policy_costs(
+    target: PassCosts, draft: PassCosts, overhead: float = 0.0, iteration: float = 0.0
+) -> dict[str, PassCosts]:
+    return {
+        "target": target,
+        "draft": draft,
+        "step_speculative": _costs(per_token=0.0, fixed=overhead),
+        "step_plain": _costs(per_token=0.0, fixed=overhead),
+        "iteration": _costs(per_token=0.0, fixed=iteration),
+    }
 
 
 def test_goodput_speculates_when_verify_is_cheap_and_not_when_it_is_not() -> None:
@@ -106,6 +113,16 @@ def test_step_overhead_favours_longer_steps() -> None:
     light = GoodputLookahead(_policy_costs(target, draft, overhead=0.0)).choose(batch)
     heavy = GoodputLookahead(_policy_costs(target, draft, overhead=0.02)).choose(batch)
     assert heavy > light
+
+
+def test_the_iteration_around_a_step_turns_a_near_tie_to_speculation() -> None:
+    # K = 1 at α = 0.7 commits 1.7 tokens in 17 ms against plain decoding's one in 10 ms:
+    # a tie, so plain decoding; 10 ms of admitting and delivering around every step, paid
+    # once a step whatever it commits, make speculation 1.3x plain decoding
+    target, draft = _costs(per_token=4e-3, fixed=0.006), _costs(per_token=1e-3, fixed=0.002)
+    batch = BatchShape(alphas=[0.7], remaining=[100], span=50)
+    assert GoodputLookahead(_policy_costs(target, draft)).choose(batch) == 0
+    assert GoodputLookahead(_policy_costs(target, draft, iteration=0.01)).choose(batch) == 2
 
 
 # The synthetic world the learning tests run in: a batch of 4 rows, acceptance α, and a
