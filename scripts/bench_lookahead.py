@@ -42,6 +42,8 @@ far apart two runs of the same work come out, the resolution every other ratio h
         --rounds 5 --window 6   # a head-to-head: longer windows, fewer competitors
     python scripts/bench_lookahead.py --pairs a70 --concurrency 16 --compare fixed_1 fixed_2 \
         --requests-per-client 4   # a head-to-head on whole workloads: the same tokens for all
+    python scripts/bench_lookahead.py --pairs a70 --concurrency 1 4 --compare fixed_2 \
+        goodput_passes_only --requests-per-client 4   # what pricing the iteration buys
 
 Prints a markdown table and the targets, writes JSON rows and a PNG; ``--log-choices``
 also writes every step goodput was told of (its K, rows, predicted and realised tokens
@@ -75,6 +77,7 @@ from bench_gpu import machine
 from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
+from specbatch.decoding.engine import DecodedStep
 from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, GoodputLookahead, StepOutcome
 from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_controlled_pair
@@ -87,10 +90,14 @@ FIXED = tuple(f"fixed_{k}" for k in range(1, MAX_LOOKAHEAD + 1))
 # ratio to target-only in the same round is what the benchmark cannot resolve (goodput
 # running plain can do no better than it)
 PLAIN_CONTROL = "fixed_0"
-POLICIES = ("target_only", PLAIN_CONTROL, *FIXED, "adaptive_rule", "goodput")
+# goodput told only its passes' seconds, as before it priced the engine's iteration around
+# each step (6289305): run beside goodput with --compare, what pricing the iteration buys
+PASSES_ONLY = "goodput_passes_only"
+POLICIES = ("target_only", PLAIN_CONTROL, *FIXED, "adaptive_rule", "goodput", PASSES_ONLY)
 # what goodput is judged against: every fixed K and the rule unless --compare names fewer
 COMPARED = (*FIXED, "adaptive_rule")
-LEARNING = ("adaptive_rule", "goodput")  # the policies whose choice depends on what they have seen
+# the policies whose choice depends on what they have seen
+LEARNING = ("adaptive_rule", "goodput", PASSES_ONLY)
 # name: (shapes, acceptance, time scale). The 12-layer pair's passes cost about three
 # times the tiny pair's on a 2-core CPU, so its slices last twice as long.
 PAIRS = {
@@ -111,13 +118,25 @@ MIN_REQUESTS = 16
 def _lookahead(policy: str) -> int | str:
     if policy == "target_only":
         return 0
+    if policy == PASSES_ONLY:
+        return "goodput"
     return int(policy.removeprefix("fixed_")) if policy in (PLAIN_CONTROL, *FIXED) else policy
+
+
+class PassesOnlyEngine(Engine):
+    """The ablation ``goodput_passes_only``: every step's seconds told to the policy are
+    its passes' alone, and its iteration cost model learns nothing (it predicts 0), as
+    before goodput priced the iteration around each step."""
+
+    def _record_step(self, step: DecodedStep, rest: float) -> None:
+        super()._record_step(step, 0.0)
 
 
 def warmed_engine(pair: ModelPair, policy: str, jobs: list[Job]) -> Engine:
     """An engine that has calibrated (goodput) and run a few rows, so no timed window
     pays for set-up."""
-    engine = Engine(pair, lookahead=_lookahead(policy), max_rows=32)
+    kind = PassesOnlyEngine if policy == PASSES_ONLY else Engine
+    engine = kind(pair, lookahead=_lookahead(policy), max_rows=32)
     mode = "target_only" if policy == "target_only" else "speculative"
     engine.generate([GenerationRequest(j.prompt, max_new_tokens=16) for j in jobs[:4]], mode=mode)
     return engine
@@ -520,7 +539,7 @@ def cell_summary(rows: list[dict], pair: str, concurrency: int) -> dict:
     gives the leave-one-round-out ratio: in each round, goodput against the setting
     that measured best in the other rounds (what a user deploying the best measured
     fixed K gets), and that setting's own ratio to the in-sample best."""
-    ran = _run_policies(_compared_in(rows))
+    ran = _run_policies(tuple({r["policy"] for r in rows}))
     medians = {p: statistics.median(_rates(rows, pair, concurrency, p)) for p in ran}
     best_other = max(_compared_in(rows), key=medians.__getitem__)
     goodput = _rates(rows, pair, concurrency, "goodput")
@@ -555,6 +574,7 @@ def cell_summary(rows: list[dict], pair: str, concurrency: int) -> dict:
             _rates(rows, pair, concurrency, h)[i] / best_rates[i] for i, h in enumerate(held_out)
         ),
         "goodput_mean_k": mean_k,
+        "goodput_vs_passes_only": ratio(PASSES_ONLY) if PASSES_ONLY in ran else None,
     }
 
 
@@ -617,6 +637,11 @@ def verdicts(cells: list[dict], compared: tuple[str, ...] = COMPARED) -> list[st
         f"{max(controls):.2f}x, outside 0.97-1.03x in {sum(abs(x - 1) > 0.03 for x in controls)} of "
         f"{len(cells)} cells (the same passes: what these medians cannot resolve)"
     )
+    if all(c["goodput_vs_passes_only"] is not None for c in cells):
+        out.append(
+            f"goodput / {PASSES_ONLY} (what pricing the iteration buys), median per-round ratio: "
+            + ", ".join(f"{c['pair']} c={c['concurrency']} {c['goodput_vs_passes_only']:.2f}x" for c in cells)
+        )
     for pair, target in (("a90", 1.15), ("a90-12L", 1.4)):
         cell = next((c for c in cells if (c["pair"], c["concurrency"]) == (pair, 1)), None)
         if cell:
@@ -720,10 +745,11 @@ def main() -> None:
     parser.add_argument(
         "--compare",
         nargs="+",
-        choices=COMPARED,
+        choices=(*COMPARED, PASSES_ONLY),
         default=COMPARED,
         help="the fixed Ks and rule goodput is judged against (default all): fewer engines per "
-        "round leave time for longer windows and more rounds in a head-to-head on a few cells",
+        "round leave time for longer windows and more rounds in a head-to-head on a few cells; "
+        f"{PASSES_ONLY} runs that ablation beside them (never counted as the best)",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (bfloat16 on a GPU)")
     parser.add_argument(
@@ -775,12 +801,13 @@ def main() -> None:
         f"{args.rounds} rounds of {rounds} in {args.slice:.2f} s slices (all twice as long on a90-12L), "
         f"{time.perf_counter() - started:.0f} s)\n"
     )
-    if tuple(args.compare) != COMPARED:
-        print(f"goodput judged against {', '.join(args.compare)} only: 'best' is the best of these\n")
+    compared = tuple(p for p in args.compare if p in COMPARED)
+    if compared != COMPARED:
+        print(f"goodput judged against {', '.join(compared)} only: 'best' is the best of these\n")
     print(table(cells))
     print()
     print(policy_table(cells))
-    print("\n" + "\n".join(f"- {line}" for line in verdicts(cells, tuple(args.compare))))
+    print("\n" + "\n".join(f"- {line}" for line in verdicts(cells, compared)))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"rows": rows, "cells": cells}, indent=2) + "\n")

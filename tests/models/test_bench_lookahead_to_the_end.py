@@ -10,9 +10,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from bench_continuous import Job
-from bench_lookahead import ClosedLoop, Relay, _to_the_end
+from bench_lookahead import ClosedLoop, PassesOnlyEngine, Relay, _to_the_end
 
-from specbatch.decoding import Engine, ModelPair
+from specbatch.decoding import Engine, GenerationRequest, ModelPair
 
 
 def test_every_engine_serves_the_same_requests_to_the_end(pair: ModelPair) -> None:
@@ -35,3 +35,20 @@ def test_every_engine_serves_the_same_requests_to_the_end(pair: ModelPair) -> No
         assert tokens == sum(job.new_tokens for job in jobs[:7])  # the first 7 requests, EOS off
         assert seconds > 0
         assert engines[name].loop_thread is None  # nothing left running once the relay let go
+
+
+def test_the_passes_only_ablation_learns_no_iteration_cost(pair: ModelPair) -> None:
+    # goodput_passes_only is goodput told its passes' seconds alone: its iteration cost
+    # model stays at zero, where goodput's learns what admitting, choosing and delivering
+    # took around every step
+    ids = pair.tokenizer.encode("the quick brown fox jumps over the lazy dog " * 3, add_special_tokens=False)
+    requests = [GenerationRequest(ids[i : i + 12], max_new_tokens=6) for i in range(3)]
+    told = {}
+    for kind in (Engine, PassesOnlyEngine):
+        engine = kind(pair, lookahead="goodput", max_rows=4)
+        engine.generate(requests)
+        iteration = engine.runner.costs["iteration"]
+        assert iteration.observations > 0
+        told[kind] = iteration.predict(1, 0, 0)
+    assert told[PassesOnlyEngine] == 0.0
+    assert told[Engine] > 0.0
