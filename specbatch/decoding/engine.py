@@ -181,6 +181,7 @@ class Engine:
         self._preemptions = 0
         self._calibrated = False
         self._lookahead_steps: Counter[int] = Counter()
+        self._told: tuple[DecodedStep, float] | None = None  # the last step, for the policy
         self._tokens_per_row_step: Counter[int] = Counter()
         self._batch_steps = BatchStepCounter()
         self._memory = MemoryPeaks()
@@ -389,6 +390,13 @@ class Engine:
                     logger.exception("engine step failed")
                     self._fail_all(f"engine step failed: {exc}")
                 self._snapshot = self._take_snapshot()
+                if self._told is not None:
+                    step, rest = self._told
+                    self._told = None
+                    try:
+                        self._record_step(step, rest)
+                    except Exception:  # the policy learns nothing from this step; rows are unharmed
+                        logger.exception("recording a step failed")
 
     def _score(self, scoring: list[tuple[str, tuple[str, ...], ScoringDone]]) -> None:
         """Score this iteration's prefill-only rows in one pass; a failure fails them alone."""
@@ -422,8 +430,6 @@ class Engine:
         if committed:
             self._deliver(committed)
             ended = time.perf_counter()
-            if step is not None:
-                self._record_step(step, ended - begun - prefill_seconds - step.timed)
             elapsed = ended - started
             tokens = sum(len(t) for t in committed.values())
             prefilled = self.runner.prefilled_tokens - prefilled_before
@@ -436,6 +442,8 @@ class Engine:
             self._step_seconds_total += elapsed
             self._cycle_seconds_total += cycle
             self._seconds_per_token = _smooth(self._seconds_per_token, cycle / per_row)
+            if step is not None:  # told once the load a caller woken by the delivery reads is taken
+                self._told = (step, ended - begun - prefill_seconds - step.timed)
 
     def _drop_cancelled_and_expired(self, cancels: set[int]) -> None:
         now = time.monotonic()
