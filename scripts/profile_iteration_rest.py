@@ -29,7 +29,7 @@ from bench_lookahead import PROMPT_RANGE, ClosedLoop, load_pair, warmed_engine
 from specbatch.decoding import Engine
 from specbatch.decoding.lookahead import BatchShape, StepOutcome
 
-HEADER = (
+TABLE_HEADER = (
     "| policy | steps | rows a step | passes and catch-up a step (ms) | rest a step (ms) "
     "| choice (ms) | tok/s |\n|---|---|---|---|---|---|---|"
 )
@@ -76,7 +76,7 @@ def main() -> None:
     torch.set_num_threads(1)
     pair = load_pair(args.pair, args.models)
     jobs = make_workload(pair, 400, seed=7, prompt_range=PROMPT_RANGE)
-    print(HEADER)
+    print(TABLE_HEADER)
     for policy in args.policies:
         engine = warmed_engine(pair, policy, jobs)
         print(f"| {policy} | " + profile(engine, jobs[10:], args.concurrency, args.requests))
