@@ -137,14 +137,18 @@ def _world(plain: float, draft: float, verify_per_token: float) -> World:
 
 
 def _run(policy: GoodputLookahead, world: World, steps: int, alpha: float, seed: int = 0) -> list[int]:
-    """Drive the policy for ``steps`` steps; the K of each."""
+    """Drive the policy for ``steps`` steps of the same four rows, their tokens left
+    shrinking by what each step commits (so plain choices are held); the K of each."""
     rng = random.Random(seed)
+    remaining = 100_000
     chosen = []
     for _ in range(steps):
-        k = policy.choose(BATCH)
+        batch = BatchShape(alphas=BATCH.alphas, remaining=[remaining] * 4, span=BATCH.span)
+        k = policy.choose(batch)
         committed = 4 * expected_tokens(alpha, k, 1000)
         seconds = world(k) * rng.uniform(0.95, 1.05)
-        policy.record(StepOutcome(k, BATCH, 4 * k, round(committed) - 4, round(committed), seconds))
+        policy.record(StepOutcome(k, batch, 4 * k, round(committed) - 4, round(committed), seconds))
+        remaining -= max(1, round(committed / 4))
         chosen.append(k)
     return chosen
 
@@ -225,15 +229,15 @@ def test_goodput_holds_plain_decoding_where_speculation_is_far_from_paying() -> 
     assert found[-1][1], "a row joining is a new choice"
 
 
-def test_goodput_prices_every_step_of_a_close_call() -> None:
-    # speculation within a few per cent of plain decoding: the optimism bonus may pick a
-    # K > 0 at any step, so plain decoding is never held
+def test_goodput_holds_a_close_call_for_plain_decoding_too() -> None:
+    # speculation within a few per cent of plain decoding: while the same rows decode
+    # plain, their acceptance does not move, so the Ks are priced once per hold
     policy = GoodputLookahead(
         _policy_costs(_costs(per_token=1e-4, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
     )
 
-    def batch(alpha: float) -> BatchShape:
-        return BatchShape(alphas=[alpha] * 4, remaining=[1000] * 4, span=100)
+    def batch(alpha: float, remaining: int = 1000) -> BatchShape:
+        return BatchShape(alphas=[alpha] * 4, remaining=[remaining] * 4, span=100)
 
     def best_speculative_over_plain(alpha: float) -> float:
         return max(policy.goodput(batch(alpha), k) for k in range(1, 9)) / policy.goodput(batch(alpha), 0)
@@ -242,8 +246,10 @@ def test_goodput_prices_every_step_of_a_close_call() -> None:
     for _ in range(40):  # the α at which the best K > 0 predicts 0.9x plain decoding
         middle = (low + high) / 2
         low, high = (middle, high) if best_speculative_over_plain(middle) < 0.9 else (low, middle)
-    found = _choices_priced(policy, [batch(low)] * (2 * PLAIN_HOLD_STEPS))
-    assert all(priced for _, priced in found)
+    steps = 2 * (PLAIN_HOLD_STEPS + 1)
+    found = _choices_priced(policy, [batch(low, 1000 - step) for step in range(steps)])
+    assert [k for k, _ in found] == [0] * steps
+    assert [priced for _, priced in found] == ([True] + [False] * PLAIN_HOLD_STEPS) * 2
 
 
 def test_goodput_learns_again_when_the_cost_changes() -> None:
@@ -271,13 +277,15 @@ def _run_geometric(policy: GoodputLookahead, world: World, steps: int, alpha: fl
     probability ``alpha`` (its estimate is right): a step commits a random run of 1 to
     K + 1 tokens, as a real one does; the K of each step."""
     rng = random.Random(seed)
-    row = BatchShape(alphas=[alpha], remaining=[1000], span=100)
+    remaining = 100_000  # shrinking by what each step commits, so plain choices are held
     chosen = []
     for _ in range(steps):
+        row = BatchShape(alphas=[alpha], remaining=[remaining], span=100)
         k = policy.choose(row)
         accepted = next((i for i in range(k) if rng.random() >= alpha), k)
         seconds = world(k) * rng.uniform(0.95, 1.05)
         policy.record(StepOutcome(k, row, k, accepted, accepted + 1, seconds))
+        remaining -= accepted + 1
         chosen.append(k)
     return chosen
 
