@@ -280,12 +280,12 @@ class ChoiceLog:
     given: a run of slow steps, a K that delivered less than predicted; the times show
     whether slow runs begin where the relay handed the engine back after a pause.
 
-    Every choice is logged too: its K, the rows, how many of their drafts lag and by how
-    many tokens in all, what catching them all up is predicted to cost, and every K's
-    corrected (tokens, seconds) as the policy saw them, so a long plain spell shows what
-    kept each K > 0 out. Pricing the nine Ks again costs about what a choice does, inside
-    goodput's relay slices: a logged run is for explaining choices, its goodput figure
-    is charged for the log."""
+    Every choice is logged too: its K, the rows (their acceptance and tokens left), how
+    many of their drafts lag and by how many tokens in all, what catching them all up is
+    predicted to cost, and every K's corrected (tokens, seconds) as the policy saw them,
+    so a long plain spell shows what kept each K > 0 out. Pricing the nine Ks again costs
+    about what a choice does, inside goodput's relay slices: a logged run is for
+    explaining choices, its goodput figure is charged for the log."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.rounds: list[dict] = []
@@ -310,6 +310,8 @@ class ChoiceLog:
                     {
                         "k": k,
                         "rows": len(batch.alphas),
+                        "alphas": list(batch.alphas),
+                        "remaining": list(batch.remaining),
                         "lagging": sum(1 for lag in batch.lags if lag > 0),
                         "lag_tokens": sum(batch.lags),
                         "catch_up_s": policy.catch_up_seconds(batch),
