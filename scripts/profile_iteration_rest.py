@@ -27,7 +27,7 @@ from bench_continuous import Job, make_workload
 from bench_lookahead import PROMPT_RANGE, ClosedLoop, load_pair, warmed_engine
 
 from specbatch.decoding import Engine
-from specbatch.decoding.lookahead import BatchShape, StepOutcome
+from specbatch.decoding.lookahead import BatchShape, StepOutcome, iteration_costs_name
 
 TABLE_HEADER = (
     "| policy | steps | rows a step | passes and catch-up a step (ms) | rest a step (ms) "
@@ -56,8 +56,12 @@ def profile(engine: Engine, jobs: list[Job], concurrency: int, requests: int) ->
     loop = ClosedLoop(engine, jobs, concurrency, "speculative", limit=requests)
     loop.finished.wait()
     wall = time.perf_counter() - started
-    rows = statistics.mean(len(s.batch.alphas) + s.plain_beside for s in steps)
-    rest = engine.runner.costs["iteration"].predict(rows, 0, 0)
+    rows_each = [len(s.batch.alphas) + s.plain_beside for s in steps]
+    rows = statistics.mean(rows_each)
+    rest = statistics.mean(  # each step's kind (speculative or plain) has its own model
+        engine.runner.costs[iteration_costs_name(s.lookahead)].predict(step_rows, 0, 0)
+        for s, step_rows in zip(steps, rows_each, strict=True)
+    )
     passes = statistics.mean(s.seconds for s in steps) - rest
     return (
         f"{len(steps)} | {rows:.1f} | {passes * 1e3:.2f} | {rest * 1e3:.2f} "

@@ -40,6 +40,7 @@ from specbatch.decoding.lookahead import (
     LookaheadPolicy,
     StepOutcome,
     catch_up_share,
+    iteration_costs_name,
     make_lookahead,
 )
 from specbatch.decoding.pair import ModelPair
@@ -623,10 +624,10 @@ class Engine:
     def _record_step(self, step: DecodedStep, rest: float) -> None:
         """Tell the policy what choosing K delivered, its seconds including ``rest``: the
         iteration's time outside prefill, catch-up and passes (admitting, choosing,
-        delivering), which the ``iteration`` cost model learns here and every K pays
-        once a step."""
+        delivering), which the iteration cost model of the step's kind (speculative or
+        plain, :func:`iteration_costs_name`) learns here and every K pays once a step."""
         rest = max(0.0, rest)
-        self.runner.costs["iteration"].observe(step.rows, 0, 0, rest)
+        self.runner.costs[iteration_costs_name(step.lookahead)].observe(step.rows, 0, 0, rest)
         self.lookahead.record(
             StepOutcome(
                 lookahead=step.lookahead,

@@ -119,6 +119,16 @@ def _after_a_plain_step(batch: BatchShape) -> tuple[int, ...]:
     return tuple(remaining - 1 for remaining in batch.remaining)
 
 
+def iteration_costs_name(lookahead: int) -> str:
+    """The cost model of the engine's iteration around a step with K = ``lookahead``.
+    Speculative and plain iterations are learnt apart, as their steps' own overheads
+    are: a speculative one prices the Ks and delivers runs of tokens, a held plain one
+    neither, and one model fitted on a long run of one kind would price the other as
+    that kind (a few per cent of a one-row plain step, the size of the choices at stake).
+    """
+    return "iteration_speculative" if lookahead > 0 else "iteration_plain"
+
+
 def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
     """The part of a row's ``outstanding`` draft catch-up seconds charged to a
     speculative step that committed ``committed`` of its ``remaining`` tokens: spread
@@ -183,9 +193,10 @@ class GoodputLookahead:
 
     ``costs`` holds the fitted models of a target pass, a draft pass, the rest of a
     speculative or plain step (``step_speculative``, ``step_plain``: building inputs,
-    sampling, verification) and the rest of the engine's iteration (``iteration``:
-    admitting, choosing K, delivering), which every K pays once a step; the last two
-    favour fewer, longer steps the larger they are.
+    sampling, verification) and the rest of the engine's iteration around one
+    (``iteration_speculative``, ``iteration_plain``: admitting, choosing K, delivering),
+    which every K pays once a step; the last two favour fewer, longer steps the larger
+    they are.
     ``verify_columns(k)`` is the draft columns a verify pass with K = k runs at (padded
     under compilation) and ``padded_rows(n)`` the rows a pass of n rows runs at, so the
     prediction prices the shape the step really runs; the realised correction prices
@@ -202,7 +213,7 @@ class GoodputLookahead:
         self.target_costs = costs["target"]
         self.draft_costs = costs["draft"]
         self.step_costs = {True: costs["step_speculative"], False: costs["step_plain"]}
-        self.iteration_costs = costs["iteration"]
+        self.iteration_costs = {k > 0: costs[iteration_costs_name(k)] for k in (0, 1)}
         self.verify_columns = verify_columns
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
@@ -214,7 +225,7 @@ class GoodputLookahead:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``, the
         rest of its iteration included."""
         tokens, seconds = self._step(batch, lookahead)
-        return tokens, seconds + self.iteration_costs.predict(len(batch.alphas), 0, 0)
+        return tokens, seconds + self.iteration_costs[lookahead > 0].predict(len(batch.alphas), 0, 0)
 
     def _step(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of the step's passes and its own
@@ -241,7 +252,7 @@ class GoodputLookahead:
         if step.plain_beside:
             beside_tokens, beside_seconds = self._step(step.beside, 0)
             tokens, seconds = tokens + beside_tokens, seconds + beside_seconds
-        return tokens, seconds + self.iteration_costs.predict(rows, 0, 0)
+        return tokens, seconds + self.iteration_costs[step.lookahead > 0].predict(rows, 0, 0)
 
     def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
         """The draft catch-up that speculating with K = ``lookahead`` needs first, per

@@ -73,10 +73,19 @@ class StepRunner:
             self.functions.pin(network.tensors())
         # Forward passes per network, the rest of a step (tensors in and out, sampling,
         # verification) per kind of step, fitted on the rows it ran, and the rest of the
-        # engine's iteration around the step (admitting, choosing K, delivering: observed
-        # by the engine), which every step pays once whatever it commits.
+        # engine's iteration around the step per kind of step (admitting, choosing K,
+        # delivering: observed by the engine), which every step pays once whatever it
+        # commits.
         self.costs: dict[str, PassCosts] = {
-            name: PassCosts() for name in ("target", "draft", "step_speculative", "step_plain", "iteration")
+            name: PassCosts()
+            for name in (
+                "target",
+                "draft",
+                "step_speculative",
+                "step_plain",
+                "iteration_speculative",
+                "iteration_plain",
+            )
         }
         self.clock = PassClock(self.device)
         self.pass_seconds = 0.0  # time spent in forward passes, for the step overhead

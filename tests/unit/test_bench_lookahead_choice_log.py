@@ -25,7 +25,8 @@ def _costs(per_token: float, fixed: float) -> PassCosts:
 
 def _passes_alone(passes: PassCosts) -> dict[str, PassCosts]:
     """Costs in which both networks' passes cost ``passes`` and nothing else costs."""
-    free = {name: _costs(0, 0) for name in ("step_speculative", "step_plain", "iteration")}
+    overheads = ("step_speculative", "step_plain", "iteration_speculative", "iteration_plain")
+    free = {name: _costs(0, 0) for name in overheads}
     return {"target": passes, "draft": passes, **free}
 
 
@@ -80,6 +81,8 @@ def test_each_choice_is_logged_with_every_ks_corrected_prediction():
     assert choice == {
         "k": k,
         "rows": 2,
+        "alphas": [0.9, 0.9],
+        "remaining": [40, 60],
         "lagging": 1,
         "lag_tokens": 30,
         "catch_up_s": policy.catch_up_seconds(lagging),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from specbatch.decoding.buckets import Shapes
-from specbatch.decoding.costs import PassCosts
+from specbatch.decoding.costs import WINDOW_PER_WIDTH, PassCosts
 from specbatch.decoding.lookahead import (
     PLAIN_HOLD_STEPS,
     BatchShape,
@@ -84,7 +84,8 @@ def _policy_costs(
         "draft": draft,
         "step_speculative": _costs(per_token=0.0, fixed=overhead),
         "step_plain": _costs(per_token=0.0, fixed=overhead),
-        "iteration": _costs(per_token=0.0, fixed=iteration),
+        "iteration_speculative": _costs(per_token=0.0, fixed=iteration),
+        "iteration_plain": _costs(per_token=0.0, fixed=iteration),
     }
 
 
@@ -444,6 +445,22 @@ def test_pass_costs_fit_a_linear_model_with_non_negative_coefficients() -> None:
     for tokens in (1, 2, 3):
         noisy.observe(tokens, 0, 0, 0.01 - 0.001 * tokens)  # a negative slope is dropped
     assert noisy.predict(100, 0, 0) >= 0
+
+
+def test_a_long_run_of_one_pass_width_leaves_the_others_priced_by_their_own_passes() -> None:
+    # one row: plain passes (one token), then far more two-token verifies than a window
+    # holds; in those alone the constant and the per-token term cannot be told apart
+    def seconds(tokens: int, span: int) -> float:
+        return 0.006 + 0.0015 * tokens + 2e-6 * span + 1e-6 * tokens * span
+
+    rng = random.Random(0)
+    costs = PassCosts()
+    for tokens in [1] * 300 + [2] * 600:
+        span = rng.randint(20, 300)
+        costs.observe(tokens, span, tokens * span, seconds(tokens, span) * rng.uniform(0.98, 1.02))
+    assert costs.predict(1, 150, 150) == pytest.approx(seconds(1, 150), rel=0.03)
+    assert costs.predict(2, 150, 300) == pytest.approx(seconds(2, 150), rel=0.03)
+    assert costs.observations == 2 * WINDOW_PER_WIDTH, "a window per width, bounded"
 
 
 def test_shapes_pad_to_buckets_only_when_static() -> None:
