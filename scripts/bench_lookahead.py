@@ -125,7 +125,7 @@ def _lookahead(policy: str) -> int | str:
 
 class PassesOnlyEngine(Engine):
     """The ablation ``goodput_passes_only``: every step's seconds told to the policy are
-    its passes' alone, and its iteration cost model learns nothing (it predicts 0), as
+    its passes' alone, and its iteration cost models learn nothing (they predict 0), as
     before goodput priced the iteration around each step."""
 
     def _record_step(self, step: DecodedStep, rest: float) -> None:

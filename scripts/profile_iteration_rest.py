@@ -2,9 +2,9 @@
 policy prices once a step (admitting, choosing K, growing blocks, delivering).
 
 One engine at a time serves ``--requests`` requests of bench_lookahead.py's workload as a
-closed loop at ``--concurrency``; its own ``iteration`` cost model (fitted on the rest of
-every step it ran) gives the rest a step, beside the seconds of the step's passes and,
-for goodput, of its choice of K.
+closed loop at ``--concurrency``; its own iteration cost models (fitted on the rest of
+every speculative and every plain step it ran) give the rest a step, beside the seconds
+of the step's passes and, for goodput, of its choice of K.
 
     python scripts/profile_iteration_rest.py --pair a70 --concurrency 1 --requests 16
     python scripts/profile_iteration_rest.py --pair a70 --concurrency 16 --requests 40
