@@ -611,6 +611,7 @@ class Engine:
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
             lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],
+            rows=[r.handle.row_id for r in rows],
         )
 
     def _choose_lookahead(self, rows: list[Row]) -> int:

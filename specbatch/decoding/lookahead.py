@@ -18,9 +18,12 @@
   paid (a sunk cost says nothing of which K is best next). A row admitted while the
   policy speculates has its draft prefilled before any choice sees it: a standing
   cost of speculating, which the engine charges to the speculative steps it enables.
-  A plain choice is held for a few steps of the same rows without pricing the Ks again:
-  while no row drafts, nothing it rests on moves but the rows' tokens left, which only
-  make speculation pay less, and pricing nine Ks costs a few per cent of a plain step.
+  A choice is held for a few steps of the same rows without pricing the Ks again:
+  pricing nine Ks costs a few per cent of a step at one row, while what the choice
+  rests on moves little in a few steps (a plain step moves no acceptance at all; a
+  speculative one moves each row's estimate by a few draft tokens of evidence). A probe
+  (a K chosen for its optimism bonus rather than its corrected goodput) is never held,
+  nor a K that has run too few steps for its correction to rest on.
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].
@@ -46,14 +49,17 @@ MAX_LOOKAHEAD = 8
 # Speculate only when the corrected goodput is at least this gain over plain decoding:
 # plain decoding is the safe side of a close call.
 GOODPUT_MARGIN = 1.01
-# A plain choice is held without a new choice for this many steps of the same rows. A
-# choice prices nine Ks (about 0.27 ms on this CPU, 3 % of a one-row plain step), and
-# while the rows decode plain their acceptance does not move and their tokens left only
-# shrink, so the answer seldom changes within a few steps; a probe of speculation the
-# optimism bonus would have made comes at most this many steps late. A row joining or
-# leaving ends the hold: a row about to finish cannot repay speculation, the row that
-# takes its place can.
-PLAIN_HOLD_STEPS = 8
+# A choice is held without a new choice for this many steps of the same rows. A choice
+# prices nine Ks (about 0.27 ms on this CPU, 3 % of a one-row plain step, 2 % of a
+# speculative one), and while the same rows decode the answer seldom changes within a
+# few steps; a probe the optimism bonus would have made comes at most this many steps
+# late. A row joining or leaving ends the hold: a row about to finish cannot repay
+# speculation, the row that takes its place can, and a newcomer's draft may lag.
+HOLD_STEPS = 8
+# A speculative choice is held only once its K has run this many (discounted) steps at
+# this batch size: a K chosen on the cost model's word alone may be far off, and its
+# first steps are what correct it.
+HOLD_EVIDENCE_STEPS = 4.0
 
 
 def next_lookahead(current: int, acceptance: float) -> int:
@@ -81,13 +87,15 @@ def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
 @dataclass(frozen=True)
 class BatchShape:
     """What the choice of K looks at: per row acceptance and tokens left, the longest
-    row's length (every row of a pass reads that span) and, per row, the tokens its
-    draft must be fed before it can speculate (empty: no draft lags)."""
+    row's length (every row of a pass reads that span), per row the tokens its draft
+    must be fed before it can speculate (empty: no draft lags), and the rows' ids, which
+    tell a batch of the same rows from a new one (empty: never the same rows)."""
 
     alphas: Sequence[float]
     remaining: Sequence[int]
     span: int
     lags: Sequence[int] = ()
+    rows: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
@@ -113,18 +121,13 @@ class StepOutcome:
         return len(self.beside.alphas) if self.beside is not None else 0
 
 
-def _after_a_plain_step(batch: BatchShape) -> tuple[int, ...]:
-    """The rows' tokens left once a plain step has committed one token of each: what
-    the next batch shows when it holds the same rows, and no other."""
-    return tuple(remaining - 1 for remaining in batch.remaining)
-
-
 def iteration_costs_name(lookahead: int) -> str:
     """The cost model of the engine's iteration around a step with K = ``lookahead``.
     Speculative and plain iterations are learnt apart, as their steps' own overheads
-    are: a speculative one prices the Ks and delivers runs of tokens, a held plain one
-    neither, and one model fitted on a long run of one kind would price the other as
-    that kind (a few per cent of a one-row plain step, the size of the choices at stake).
+    are: a speculative one delivers runs of tokens and prices the Ks more often (a plain
+    choice is held from its first step, a K only once it has run a few), and one model
+    fitted on a long run of one kind would price the other as that kind (a few per cent
+    of a one-row plain step, the size of the choices at stake).
     """
     return "iteration_speculative" if lookahead > 0 else "iteration_plain"
 
@@ -218,8 +221,8 @@ class GoodputLookahead:
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
         self.k = 0
-        self._plain_held = 0  # steps left of a held plain choice
-        self._held_remaining: tuple[int, ...] = ()  # its rows' tokens left at its next step
+        self._held = 0  # steps left of the held choice
+        self._held_rows: tuple[int, ...] = ()  # the rows it was made for
 
     def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``, the
@@ -306,27 +309,25 @@ class GoodputLookahead:
         if not batch.alphas:
             return 0
         rows = len(batch.alphas)
-        if self._plain_held and tuple(batch.remaining) == self._held_remaining:
-            self._plain_held -= 1
-            self._held_remaining = _after_a_plain_step(batch)
-            return 0
+        if self._held and batch.rows and tuple(batch.rows) == self._held_rows:
+            self._held -= 1
+            return self.k
         steps = self.corrected(batch, range(MAX_LOOKAHEAD + 1))
         rates = [t / s if s > 0 else float("inf") for t, s in steps]
         plain_seconds = steps[0][1]
         # a probe of K > 0 from plain decoding pays the whole catch-up, not its share
-        probe = self.catch_up_seconds(batch)
+        catch_up = self.catch_up_seconds(batch)
         scores = [
             self.realised.optimistic(
-                rows, k, rate, (s + (probe if k else 0.0)) / plain_seconds if plain_seconds > 0 else 1.0
+                rows, k, rate, (s + (catch_up if k else 0.0)) / plain_seconds if plain_seconds > 0 else 1.0
             )
             for k, (rate, (_, s)) in enumerate(zip(rates, steps, strict=True))
         ]
-        best_k, best = 0, scores[0] * GOODPUT_MARGIN
-        for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1):
-            if scores[k] > best:
-                best_k, best = k, scores[k]
-        self._plain_held = PLAIN_HOLD_STEPS if best_k == 0 else 0
-        self._held_remaining = _after_a_plain_step(batch) if best_k == 0 else ()
+        best_k = _best(scores)
+        settled = best_k == _best(rates) and (
+            best_k == 0 or self.realised.steps(rows, best_k) >= HOLD_EVIDENCE_STEPS
+        )
+        self._held, self._held_rows = (HOLD_STEPS, tuple(batch.rows)) if settled else (0, ())
         self.k = best_k
         return best_k
 
@@ -345,6 +346,16 @@ class GoodputLookahead:
             self.predict_step(step),
             (step.committed, step.seconds),
         )
+
+
+def _best(rates: Sequence[float]) -> int:
+    """The K of the highest rate; plain decoding (K = 0) unless a K > 0 beats it by
+    GOODPUT_MARGIN."""
+    best_k, best = 0, rates[0] * GOODPUT_MARGIN
+    for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1):
+        if rates[k] > best:
+            best_k, best = k, rates[k]
+    return best_k
 
 
 def make_lookahead(

@@ -217,6 +217,10 @@ class RealisedGoodput:
             self._reads[rows] = read
         return self._reads[rows]
 
+    def steps(self, rows: int, k: int) -> float:
+        """The discounted steps of K at this batch size that its correction rests on."""
+        return self._read(rows).arms.get(k, _Evidence()).steps
+
     def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
         """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
         what a probe of K costs over a plain step: a long K's step, and the whole
@@ -227,6 +231,6 @@ class RealisedGoodput:
             return rate
         bucket = self._read(rows)
         total = sum(e.steps for e in bucket.arms.values())
-        steps = bucket.arms.get(k, _Evidence()).steps
+        steps = self.steps(rows, k)
         bonus = EXPLORATION * math.sqrt(math.log(1.0 + total) / (steps + PRIOR_STEPS))
         return rate * (1.0 + bonus / max(1.0, relative_cost))

@@ -15,7 +15,8 @@ import pytest
 from specbatch.decoding.buckets import Shapes
 from specbatch.decoding.costs import WINDOW_PER_WIDTH, PassCosts
 from specbatch.decoding.lookahead import (
-    PLAIN_HOLD_STEPS,
+    HOLD_EVIDENCE_STEPS,
+    HOLD_STEPS,
     BatchShape,
     FixedLookahead,
     GoodputLookahead,
@@ -139,12 +140,12 @@ def _world(plain: float, draft: float, verify_per_token: float) -> World:
 
 def _run(policy: GoodputLookahead, world: World, steps: int, alpha: float, seed: int = 0) -> list[int]:
     """Drive the policy for ``steps`` steps of the same four rows, their tokens left
-    shrinking by what each step commits (so plain choices are held); the K of each."""
+    shrinking by what each step commits (so choices are held); the K of each."""
     rng = random.Random(seed)
     remaining = 100_000
     chosen = []
     for _ in range(steps):
-        batch = BatchShape(alphas=BATCH.alphas, remaining=[remaining] * 4, span=BATCH.span)
+        batch = BatchShape(alphas=BATCH.alphas, remaining=[remaining] * 4, span=BATCH.span, rows=range(4))
         k = policy.choose(batch)
         committed = 4 * expected_tokens(alpha, k, 1000)
         seconds = world(k) * rng.uniform(0.95, 1.05)
@@ -219,13 +220,15 @@ def test_goodput_holds_plain_decoding_where_speculation_is_far_from_paying() -> 
     policy = GoodputLookahead(
         _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-3, fixed=0.01))
     )
-    steps = 3 * (PLAIN_HOLD_STEPS + 1) + 1
-    same_row = [BatchShape(alphas=[0.3], remaining=[1000 - step], span=100) for step in range(steps)]
-    in_its_place = BatchShape(alphas=[0.3], remaining=[500], span=100)
-    beside_it = BatchShape(alphas=[0.3] * 2, remaining=[499, 1000], span=100)
+    steps = 3 * (HOLD_STEPS + 1) + 1
+    same_row = [
+        BatchShape(alphas=[0.3], remaining=[1000 - step], span=100, rows=[7]) for step in range(steps)
+    ]
+    in_its_place = BatchShape(alphas=[0.3], remaining=[500], span=100, rows=[8])
+    beside_it = BatchShape(alphas=[0.3] * 2, remaining=[499, 1000], span=100, rows=[8, 9])
     found = _choices_priced(policy, [*same_row, in_its_place, beside_it])
     assert [k for k, _ in found] == [0] * (steps + 2)
-    assert [priced for _, priced in found[:steps]] == ([True] + [False] * PLAIN_HOLD_STEPS) * 3 + [True]
+    assert [priced for _, priced in found[:steps]] == ([True] + [False] * HOLD_STEPS) * 3 + [True]
     assert found[-2][1], "a row in the place of another, at the same batch size, is a new choice"
     assert found[-1][1], "a row joining is a new choice"
 
@@ -238,7 +241,7 @@ def test_goodput_holds_a_close_call_for_plain_decoding_too() -> None:
     )
 
     def batch(alpha: float, remaining: int = 1000) -> BatchShape:
-        return BatchShape(alphas=[alpha] * 4, remaining=[remaining] * 4, span=100)
+        return BatchShape(alphas=[alpha] * 4, remaining=[remaining] * 4, span=100, rows=range(4))
 
     def best_speculative_over_plain(alpha: float) -> float:
         return max(policy.goodput(batch(alpha), k) for k in range(1, 9)) / policy.goodput(batch(alpha), 0)
@@ -247,10 +250,59 @@ def test_goodput_holds_a_close_call_for_plain_decoding_too() -> None:
     for _ in range(40):  # the α at which the best K > 0 predicts 0.9x plain decoding
         middle = (low + high) / 2
         low, high = (middle, high) if best_speculative_over_plain(middle) < 0.9 else (low, middle)
-    steps = 2 * (PLAIN_HOLD_STEPS + 1)
+    steps = 2 * (HOLD_STEPS + 1)
     found = _choices_priced(policy, [batch(low, 1000 - step) for step in range(steps)])
     assert [k for k, _ in found] == [0] * steps
-    assert [priced for _, priced in found] == ([True] + [False] * PLAIN_HOLD_STEPS) * 2
+    assert [priced for _, priced in found] == ([True] + [False] * HOLD_STEPS) * 2
+
+
+def test_goodput_holds_a_speculative_choice_for_the_same_rows() -> None:
+    # speculation pays well at α = 0.9: the Ks are priced every step until the K chosen
+    # has run a few steps, then that K runs a hold of the same rows unpriced, after which
+    # the Ks are priced again; a row joining is a new choice at once
+    policy = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001))
+    )
+
+    def batch(step: int, rows: int = 4) -> BatchShape:
+        return BatchShape(alphas=[0.9] * rows, remaining=[1000 - 5 * step] * rows, span=100, rows=range(rows))
+
+    steps = HOLD_STEPS + 20
+    found = _choices_priced(policy, [*(batch(step) for step in range(steps)), batch(steps, rows=5)])
+    first_held = next(step for step, (_, priced) in enumerate(found) if not priced)
+    assert first_held > HOLD_EVIDENCE_STEPS, "a K is held once it has run a few steps"
+    held = found[first_held - 1 : first_held + HOLD_STEPS + 1]
+    assert [priced for _, priced in held] == [True] + [False] * HOLD_STEPS + [True]
+    assert {k for k, _ in held[:-1]} == {found[first_held - 1][0]} and found[first_held - 1][0] >= 3
+    assert found[-1][1], "a row joining is a new choice"
+
+
+def test_goodput_never_holds_a_probe() -> None:
+    # K = 1 priced a few per cent below plain decoding: plain decoding is held, and once
+    # the bonus of K = 1's missing evidence outbids it, that probe is one step, after
+    # which the Ks are priced again for the same row
+    policy = _overpriced_draft_policy()
+    corrected, priced = policy.corrected, []
+
+    def counting(batch: BatchShape, lookaheads) -> list[tuple[float, float]]:
+        priced.append(True)
+        return corrected(batch, lookaheads)
+
+    policy.corrected = counting
+    probes = []
+    for step in range(200):
+        row = BatchShape(alphas=[0.5], remaining=[1000 - step], span=100, rows=[3])
+        [(plain_tokens, plain_seconds), (tokens, seconds)] = corrected(row, [0, 1])
+        before = len(priced)
+        k = policy.choose(row)
+        if k > 0 or probes:
+            probes.append((k, len(priced) > before, tokens / seconds < plain_tokens / plain_seconds))
+        tokens, seconds = policy.predict(row, k)
+        policy.record(StepOutcome(k, row, k, 0, round(tokens), seconds))
+        if len(probes) == 2:
+            break
+    assert probes[0] == (1, True, True), "K = 1 chosen while it predicts less than plain decoding"
+    assert probes[1][1], "the step after a probe is priced again"
 
 
 def test_goodput_learns_again_when_the_cost_changes() -> None:
@@ -278,10 +330,10 @@ def _run_geometric(policy: GoodputLookahead, world: World, steps: int, alpha: fl
     probability ``alpha`` (its estimate is right): a step commits a random run of 1 to
     K + 1 tokens, as a real one does; the K of each step."""
     rng = random.Random(seed)
-    remaining = 100_000  # shrinking by what each step commits, so plain choices are held
+    remaining = 100_000  # shrinking by what each step commits, as the same row's do
     chosen = []
     for _ in range(steps):
-        row = BatchShape(alphas=[alpha], remaining=[remaining], span=100)
+        row = BatchShape(alphas=[alpha], remaining=[remaining], span=100, rows=[0])
         k = policy.choose(row)
         accepted = next((i for i in range(k) if rng.random() >= alpha), k)
         seconds = world(k) * rng.uniform(0.95, 1.05)
