@@ -16,6 +16,12 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
   the draft per token, which every K measures (the line keeps what a longer draft
   loses further out); one step's tokens, a run of 1 to K + 1, vary by half their mean
   at α = 0.9, so a K judged by its own few steps is locked out by one unlucky probe.
+  Nor may a few steps of one K tilt that line: each arm's point is its ratio shrunk
+  towards all the speculative arms' pooled ratio by the weight of a few steps. One step
+  of K = 7 that commits one token (at α = 0.92 one step in twelve) sits far from the Ks
+  mostly run, where it tilts a least-squares line most: taken at face value, one such
+  step of K = 6 and one of K = 7 after sixty of K = 3 priced K = 6 at half its tokens,
+  and locked the long Ks out for a few hundred steps (shrunk: 0.91x).
 - Seconds are judged per arm, since padding and pass shapes differ by K; an arm that
   has run little borrows the line through the other speculative arms' ratios, so when
   speculation costs more than predicted every K > 0 learns it from the first Ks tried.
@@ -51,6 +57,9 @@ PRIOR_STEPS = 2.0
 # Ridge on the slope of the line through the arms' ratios, in steps x K²: the weight
 # of a flat line (eight steps one K away from the mean).
 SLOPE_PRIOR = 8.0
+# Weight, in steps, of the pooled ratio each arm's point on the tokens line is shrunk
+# towards (see the module's docstring).
+POINT_PRIOR_STEPS = 8.0
 # Scale of the optimism bonus: a K whose evidence has faded is retried when its
 # corrected goodput is within about this fraction (times a few) of the best's. Divided
 # by what a probe costs over a plain step, it must still outbid a cost model a few per
@@ -93,14 +102,32 @@ class _Evidence:
         self.realised_seconds += realised[1]
 
 
-def _shrunk(realised: float, predicted: float, steps: float, prior: float) -> float:
+def _shrunk(
+    realised: float, predicted: float, steps: float, prior: float, weight: float = PRIOR_STEPS
+) -> float:
     """Realised per predicted over ``steps`` steps (a ratio of sums: one step's outcome,
     a run of 1 to K + 1 tokens, is far noisier than their total), shrunk towards
-    ``prior`` with the weight of PRIOR_STEPS steps."""
+    ``prior`` with the weight of ``weight`` steps."""
     if steps <= 0 or predicted <= 0:
         return prior
     per_step = predicted / steps
-    return (realised + PRIOR_STEPS * prior * per_step) / (predicted + PRIOR_STEPS * per_step)
+    return (realised + weight * prior * per_step) / (predicted + weight * per_step)
+
+
+def _token_points(arms: list[tuple[int, _Evidence]]) -> list[tuple[int, float, float]]:
+    """Each speculative arm's (K, steps, realised per predicted tokens) for the line
+    through them, each ratio shrunk towards all the arms' pooled ratio with the weight
+    of POINT_PRIOR_STEPS steps, so an arm of a few steps moves the line by what a few
+    steps can tell. Seconds are not shrunk so: a step's time varies far less than its
+    tokens, and the first Ks tried must tell the line how a mispriced per-token cost
+    grows with K."""
+    realised = sum(evidence.realised_tokens for _, evidence in arms)
+    predicted = sum(evidence.predicted_tokens for _, evidence in arms)
+    pooled = realised / predicted if predicted > 0 else 1.0
+    return [
+        (k, e.steps, _shrunk(e.realised_tokens, e.predicted_tokens, e.steps, pooled, POINT_PRIOR_STEPS))
+        for k, e in arms
+    ]
 
 
 @dataclass
@@ -115,9 +142,7 @@ class _Bucket:
         speculative arm's line, seconds from K's own steps shrunk towards theirs. The
         lines are fitted once for all the Ks asked of (the choice asks of nine a step)."""
         speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
-        tokens = _speculative_line(
-            [(j, e.steps, e.realised_tokens / e.predicted_tokens) for j, e in speculative]
-        )
+        tokens = _speculative_line(_token_points(speculative))
         seconds = _speculative_line(
             [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
         )
