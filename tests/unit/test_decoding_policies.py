@@ -195,10 +195,10 @@ def test_goodput_switches_speculation_off_when_it_cannot_pay() -> None:
     assert _rate(world, alpha, chosen) >= 0.95 * _rate(world, alpha, [0]), "learning costs little"
 
 
-def _choices_priced(policy: GoodputLookahead, batches: list[BatchShape]) -> list[tuple[int, bool]]:
-    """Each batch's K and whether the policy priced the Ks for it (a plain step recorded
-    after each, as the engine does)."""
-    priced = []
+def _count_pricing(policy: GoodputLookahead) -> tuple[list[bool], Callable]:
+    """Make the policy note each time it prices the Ks (a True in the list returned),
+    and return, too, its own pricing, which notes nothing."""
+    priced: list[bool] = []
     corrected = policy.corrected
 
     def counting(batch: BatchShape, lookaheads) -> list[tuple[float, float]]:
@@ -206,6 +206,13 @@ def _choices_priced(policy: GoodputLookahead, batches: list[BatchShape]) -> list
         return corrected(batch, lookaheads)
 
     policy.corrected = counting
+    return priced, corrected
+
+
+def _choices_priced(policy: GoodputLookahead, batches: list[BatchShape]) -> list[tuple[int, bool]]:
+    """Each batch's K and whether the policy priced the Ks for it (a plain step recorded
+    after each, as the engine does)."""
+    priced, _ = _count_pricing(policy)
     found = []
     for batch in batches:
         before = len(priced)
@@ -284,13 +291,7 @@ def test_goodput_never_holds_a_probe() -> None:
     # the bonus of K = 1's missing evidence outbids it, that probe is one step, after
     # which the Ks are priced again for the same row
     policy = _overpriced_draft_policy()
-    corrected, priced = policy.corrected, []
-
-    def counting(batch: BatchShape, lookaheads) -> list[tuple[float, float]]:
-        priced.append(True)
-        return corrected(batch, lookaheads)
-
-    policy.corrected = counting
+    priced, corrected = _count_pricing(policy)
     probes = []
     for step in range(200):
         row = BatchShape(alphas=[0.5], remaining=[1000 - step], span=100, rows=[3])
