@@ -34,9 +34,14 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
   its corrected goodput comes close to the best's. The bonus is divided by what a
   probe costs over a plain step (the K's step, and catching lagging drafts up in
   full), since a probe of a long K, or after long plain decoding, costs that many steps.
-- Plain decoding (K = 0) gets no bonus: its tokens are exact and every plain pass
-  refits its cost, so there is nothing about it to find out, and a bonus on the arm
-  whose probes cost nothing would outbid every K > 0 whose probe costs a few steps.
+- Plain decoding (K = 0) gets the bonus only where the policy has mostly speculated at
+  that batch size (plain's discounted steps fewer than the speculative arms' together).
+  Its tokens are exact and every plain pass refits its cost, so where it mostly runs
+  there is nothing about it to find out, and a bonus there would only raise the bar
+  every K > 0's probe must clear. But while speculation runs no plain pass does: its
+  price rests on one-token passes however old and on a correction fading back to the
+  cost model, and one overpriced by a sixth held a K = 1 that ran 0.9x plain decoding
+  for whole runs (α ≈ 0.5 at 32 rows). Its probe costs one plain step.
 """
 
 from __future__ import annotations
@@ -251,11 +256,12 @@ class RealisedGoodput:
         what a probe of K costs over a plain step: a long K's step, and the whole
         catch-up of drafts that lag (a probe that ends in plain decoding again repays
         none of it), cost that many plain steps, so its bonus is that much smaller.
-        Plain decoding (K = 0) gets none (see the module's docstring)."""
-        if k == 0:
-            return rate
+        Plain decoding (K = 0) gets one only where speculation has mostly run (see the
+        module's docstring)."""
         bucket = self._read(rows)
         total = sum(e.steps for e in bucket.arms.values())
         steps = self.steps(rows, k)
+        if k == 0 and steps >= total - steps:
+            return rate
         bonus = EXPLORATION * math.sqrt(math.log(1.0 + total) / (steps + PRIOR_STEPS))
         return rate * (1.0 + bonus / max(1.0, relative_cost))

@@ -406,6 +406,23 @@ def test_goodput_finds_a_long_k_while_the_machine_speed_wanders() -> None:
     assert min(rates) >= 0.93, "no round locked out of the long Ks"
 
 
+def test_goodput_retries_plain_decoding_whose_price_went_stale_while_it_speculated() -> None:
+    # the cost model prices a plain step at 12.2 ms where it takes 10 ms, and K = 1 at
+    # α = 0.5 runs 0.9x plain decoding: a policy that first settles on K = 1 runs no
+    # plain step to correct that price, and without a bonus for plain decoding two of
+    # these six seeds held K = 1 for the whole run (0.89x plain decoding)
+    world = _world(plain=0.01, draft=0.0035, verify_per_token=0.0032)
+    alpha = 0.5
+    assert _best_k(world, alpha) == 0
+    assert 0.89 < _rate(world, alpha, [1]) / _rate(world, alpha, [0]) < 0.9
+    for seed in range(6):
+        policy = GoodputLookahead(
+            _policy_costs(_costs(per_token=2e-4, fixed=0.012), _costs(per_token=1e-5, fixed=0.001))
+        )
+        chosen = _run_geometric(policy, world, steps=1200, alpha=alpha, seed=seed)
+        assert _rate(world, alpha, chosen[300:]) >= 0.97 * _rate(world, alpha, [0])
+
+
 def _overpriced_draft_policy() -> GoodputLookahead:
     """A cost model whose draft pass costs about half a target pass, each token a
     target pass feeds adding a tenth of the pass's fixed cost."""
