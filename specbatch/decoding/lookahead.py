@@ -60,6 +60,12 @@ HOLD_STEPS = 8
 # this batch size: a K chosen on the cost model's word alone may be far off, and its
 # first steps are what correct it.
 HOLD_EVIDENCE_STEPS = 4.0
+# While the policy speculates, plain decoding runs one step (a refresh) whenever its
+# evidence at this batch size has faded below PLAIN_REFRESH_STEPS discounted steps and
+# the speculative Ks' holds at least SPECULATIVE_STEPS_BEFORE_REFRESH: about once every
+# 280 speculative steps of a batch size, a fraction of a per cent of them.
+PLAIN_REFRESH_STEPS = 0.5
+SPECULATIVE_STEPS_BEFORE_REFRESH = 50.0
 
 
 def next_lookahead(current: int, acceptance: float) -> int:
@@ -324,12 +330,28 @@ class GoodputLookahead:
             for k, (rate, (_, s)) in enumerate(zip(rates, steps, strict=True))
         ]
         best_k = _best(scores)
+        if best_k and self._plain_is_stale(rows):
+            best_k = 0
         settled = best_k == _best(rates) and (
             best_k == 0 or self.realised.steps(rows, best_k) >= HOLD_EVIDENCE_STEPS
         )
         self._held, self._held_rows = (HOLD_STEPS, tuple(batch.rows)) if settled else (0, ())
         self.k = best_k
         return best_k
+
+    def _plain_is_stale(self, rows: int) -> bool:
+        """Whether plain decoding's price at this batch size rests on evidence too old
+        to trust while speculation has run long there. Its corrected price is a ratio of
+        realised to predicted seconds measured when it last ran, times what the cost
+        model predicts now, so it goes stale as the machine's speed drifts: a closed loop
+        at 16 rows (α ≈ 0.5) priced a plain step at 22 ms after a slow spell, where it
+        took 14 ms, and ran K = 1 for a whole round at 0.87x plain decoding, beyond
+        what an optimism bonus lifts. A refresh is a probe (never held)."""
+        speculative = sum(self.realised.steps(rows, k) for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1))
+        return (
+            speculative >= SPECULATIVE_STEPS_BEFORE_REFRESH
+            and self.realised.steps(rows, 0) < PLAIN_REFRESH_STEPS
+        )
 
     def record(self, step: StepOutcome) -> None:
         """Compare what the step delivered with what was predicted for it: its
