@@ -423,6 +423,36 @@ def test_goodput_retries_plain_decoding_whose_price_went_stale_while_it_speculat
         assert _rate(world, alpha, chosen[300:]) >= 0.97 * _rate(world, alpha, [0])
 
 
+def test_goodput_refreshes_a_plain_price_stale_beyond_what_its_bonus_lifts() -> None:
+    # the cost model prices a plain step at 14.2 ms where it takes 10 ms (a machine that
+    # sped up since plain decoding last ran): K = 1 (0.9x plain decoding) looks 1.28x
+    # better, and the bonus alone left two of these six seeds on K = 1 (0.89x)
+    world = _world(plain=0.01, draft=0.0035, verify_per_token=0.0032)
+    alpha = 0.5
+    for seed in range(6):
+        policy = GoodputLookahead(
+            _policy_costs(_costs(per_token=2e-4, fixed=0.014), _costs(per_token=1e-5, fixed=0.001))
+        )
+        chosen = _run_geometric(policy, world, steps=1200, alpha=alpha, seed=seed)
+        assert _rate(world, alpha, chosen[300:]) >= 0.97 * _rate(world, alpha, [0])
+
+
+def test_goodput_refreshes_the_plain_price_rarely_where_speculation_pays() -> None:
+    # one row at α = 0.92 on the a90 pair's costs, where K = 7-8 run 2.1x plain decoding:
+    # a plain step now and then, never two in a row, never in the first 50 steps
+    def world(k: int) -> float:
+        return 0.004 if k == 0 else 0.0054 + 0.0009 * k
+
+    for seed in range(3):
+        policy = GoodputLookahead(
+            _policy_costs(_costs(per_token=2e-4, fixed=0.0038), _costs(per_token=1e-5, fixed=0.0009), 5e-4)
+        )
+        chosen = _run_geometric(policy, world, steps=1200, alpha=0.92, seed=seed)
+        plain = [i for i, k in enumerate(chosen) if k == 0]
+        assert 1 <= len(plain) <= 5 and min(plain) >= 50
+        assert all(later - earlier > 200 for earlier, later in itertools.pairwise(plain))
+
+
 def _overpriced_draft_policy() -> GoodputLookahead:
     """A cost model whose draft pass costs about half a target pass, each token a
     target pass feeds adding a tenth of the pass's fixed cost."""
