@@ -23,7 +23,10 @@
   rests on moves little in a few steps (a plain step moves no acceptance at all; a
   speculative one moves each row's estimate by a few draft tokens of evidence). A probe
   (a K chosen for its optimism bonus rather than its corrected goodput) is never held,
-  nor a K that has run too few steps for its correction to rest on.
+  nor a K that has run too few steps for its correction to rest on. While it
+  speculates, plain decoding's price is refreshed by one plain step once its evidence at
+  that batch size has faded: that price is a correction measured when plain decoding
+  last ran, and goes stale as the machine's speed drifts.
 - ``adaptive_rule`` (the seed system's rule): over a rolling window of steps, acceptance
   above 0.75 grows K by 2, above 0.60 by 1, above 0.40 keeps it, above 0.25 shrinks it
   by 1, otherwise by 2; always within [1, 8].
