@@ -347,9 +347,9 @@ class GoodputLookahead:
         to trust while speculation has run long there. Its corrected price is a ratio of
         realised to predicted seconds measured when it last ran, times what the cost
         model predicts now, so it goes stale as the machine's speed drifts: a closed loop
-        at 16 rows (α ≈ 0.5) priced a plain step at 22 ms after a slow spell, where it
-        took 14 ms, and ran K = 1 for a whole round at 0.87x plain decoding, beyond
-        what an optimism bonus lifts. A refresh is a probe (never held)."""
+        at 16 rows (α ≈ 0.5) priced a plain step at 22 ms where the next round's took
+        14 ms, and ran K = 1 for a whole round at 0.87x plain decoding, beyond what an
+        optimism bonus lifts. A refresh is a probe (never held)."""
         speculative = sum(self.realised.steps(rows, k) for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1))
         return (
             speculative >= SPECULATIVE_STEPS_BEFORE_REFRESH

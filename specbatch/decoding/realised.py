@@ -40,8 +40,9 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
   there is nothing about it to find out, and a bonus there would only raise the bar
   every K > 0's probe must clear. But while speculation runs no plain pass does: its
   price rests on one-token passes however old and on a correction fading back to the
-  cost model, and one overpriced by a sixth held a K = 1 that ran 0.9x plain decoding
-  for whole runs (α ≈ 0.5 at 32 rows). Its probe costs one plain step.
+  cost model: with a plain step priced at 1.22x its cost, a policy that first settled on
+  a K = 1 running 0.9x plain decoding held it for good in two runs of six. Its probe
+  costs one plain step.
 """
 
 from __future__ import annotations
