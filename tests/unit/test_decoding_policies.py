@@ -406,32 +406,23 @@ def test_goodput_finds_a_long_k_while_the_machine_speed_wanders() -> None:
     assert min(rates) >= 0.93, "no round locked out of the long Ks"
 
 
-def test_goodput_retries_plain_decoding_whose_price_went_stale_while_it_speculated() -> None:
-    # the cost model prices a plain step at 12.2 ms where it takes 10 ms, and K = 1 at
-    # α = 0.5 runs 0.9x plain decoding: a policy that first settles on K = 1 runs no
-    # plain step to correct that price, and without a bonus for plain decoding two of
-    # these six seeds held K = 1 for the whole run (0.89x plain decoding)
+@pytest.mark.parametrize("plain_fixed_cost", [0.012, 0.014])
+def test_goodput_retries_plain_decoding_whose_price_went_stale_while_it_speculated(
+    plain_fixed_cost: float,
+) -> None:
+    # K = 1 at α = 0.5 runs 0.9x plain decoding, and the cost model prices a plain step
+    # (10 ms) at 12.2 ms, or at 14.2 ms (a machine that sped up since plain decoding last
+    # ran): a policy that first settles on K = 1 runs no plain step to correct that price.
+    # At 12.2 ms, without a bonus for plain decoding two of these six seeds held K = 1 for
+    # the whole run (0.89x plain decoding); at 14.2 ms, beyond what the bonus lifts, two
+    # did with the bonus alone, and none once a faded plain price is refreshed
     world = _world(plain=0.01, draft=0.0035, verify_per_token=0.0032)
     alpha = 0.5
     assert _best_k(world, alpha) == 0
     assert 0.89 < _rate(world, alpha, [1]) / _rate(world, alpha, [0]) < 0.9
     for seed in range(6):
         policy = GoodputLookahead(
-            _policy_costs(_costs(per_token=2e-4, fixed=0.012), _costs(per_token=1e-5, fixed=0.001))
-        )
-        chosen = _run_geometric(policy, world, steps=1200, alpha=alpha, seed=seed)
-        assert _rate(world, alpha, chosen[300:]) >= 0.97 * _rate(world, alpha, [0])
-
-
-def test_goodput_refreshes_a_plain_price_stale_beyond_what_its_bonus_lifts() -> None:
-    # the cost model prices a plain step at 14.2 ms where it takes 10 ms (a machine that
-    # sped up since plain decoding last ran): K = 1 (0.9x plain decoding) looks 1.28x
-    # better, and the bonus alone left two of these six seeds on K = 1 (0.89x)
-    world = _world(plain=0.01, draft=0.0035, verify_per_token=0.0032)
-    alpha = 0.5
-    for seed in range(6):
-        policy = GoodputLookahead(
-            _policy_costs(_costs(per_token=2e-4, fixed=0.014), _costs(per_token=1e-5, fixed=0.001))
+            _policy_costs(_costs(per_token=2e-4, fixed=plain_fixed_cost), _costs(per_token=1e-5, fixed=0.001))
         )
         chosen = _run_geometric(policy, world, steps=1200, alpha=alpha, seed=seed)
         assert _rate(world, alpha, chosen[300:]) >= 0.97 * _rate(world, alpha, [0])
