@@ -66,7 +66,7 @@ HOLD_EVIDENCE_STEPS = 4.0
 # While the policy speculates, plain decoding runs one step (a refresh) whenever its
 # evidence at this batch size has faded below PLAIN_REFRESH_STEPS discounted steps and
 # the speculative Ks' holds at least SPECULATIVE_STEPS_BEFORE_REFRESH: about once every
-# 280 speculative steps of a batch size, a fraction of a per cent of them.
+# 280-440 speculative steps of a batch size, a fraction of a per cent of them.
 PLAIN_REFRESH_STEPS = 0.5
 SPECULATIVE_STEPS_BEFORE_REFRESH = 50.0
 
@@ -350,9 +350,8 @@ class GoodputLookahead:
         at 16 rows (α ≈ 0.5) priced a plain step at 22 ms where the next round's took
         14 ms, and ran K = 1 for a whole round at 0.87x plain decoding, beyond what an
         optimism bonus lifts. A refresh is a probe (never held)."""
-        speculative = sum(self.realised.steps(rows, k) for k in range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1))
         return (
-            speculative >= SPECULATIVE_STEPS_BEFORE_REFRESH
+            self.realised.speculative_steps(rows) >= SPECULATIVE_STEPS_BEFORE_REFRESH
             and self.realised.steps(rows, 0) < PLAIN_REFRESH_STEPS
         )
 

@@ -252,6 +252,10 @@ class RealisedGoodput:
         """The discounted steps of K at this batch size that its correction rests on."""
         return self._read(rows).arms.get(k, _Evidence()).steps
 
+    def speculative_steps(self, rows: int) -> float:
+        """The discounted steps of every K > 0 together at this batch size."""
+        return sum(e.steps for k, e in self._read(rows).arms.items() if k > 0)
+
     def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
         """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
         what a probe of K costs over a plain step: a long K's step, and the whole
@@ -262,7 +266,7 @@ class RealisedGoodput:
         bucket = self._read(rows)
         total = sum(e.steps for e in bucket.arms.values())
         steps = self.steps(rows, k)
-        if k == 0 and steps >= total - steps:
+        if k == 0 and steps >= self.speculative_steps(rows):
             return rate
         bonus = EXPLORATION * math.sqrt(math.log(1.0 + total) / (steps + PRIOR_STEPS))
         return rate * (1.0 + bonus / max(1.0, relative_cost))
