@@ -257,7 +257,7 @@ class GoodputLookahead:
         verify_span = span + lookahead
         fed = rows * (self.verify_columns(lookahead) + 1)
         cost.add(self.target_costs, fed, rows * verify_span, fed * verify_span)
-        share = self.switch_share(batch, lookahead)
+        share = self._switch_share(batch, lookahead)
         if share:
             cost.add_weighted(self._catch_up(batch), share)
         return committed, cost
@@ -279,12 +279,18 @@ class GoodputLookahead:
         tokens, cost = self.price_step(step)
         return tokens, cost.seconds()
 
-    def switch_share(self, batch: BatchShape, lookahead: int) -> float:
-        """The share of the whole draft catch-up (:meth:`catch_up_seconds`) that one step
-        with K = ``lookahead`` is charged: each lagging row's share (by tokens fed)
-        spread over the tokens it has left at the rate K commits them. A row about to
-        finish cannot repay a long catch-up, one with many tokens left can; a row whose
-        draft is caught up costs nothing more, whatever its catch-up cost."""
+    def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
+        """The draft catch-up that speculating with K = ``lookahead`` needs first, per
+        step (:meth:`_switch_share` of :meth:`catch_up_seconds`)."""
+        share = self._switch_share(batch, lookahead)
+        return share * self.catch_up_seconds(batch) if share else 0.0
+
+    def _switch_share(self, batch: BatchShape, lookahead: int) -> float:
+        """The share of the whole catch-up one step with K = ``lookahead`` is charged:
+        each lagging row's share (by tokens fed) spread over the tokens it has left at
+        the rate K commits them. A row about to finish cannot repay a long catch-up,
+        one with many tokens left can; a row whose draft is caught up costs nothing
+        more, whatever its catch-up cost."""
         fed = sum(batch.lags)
         if lookahead == 0 or fed == 0:
             return 0.0

@@ -25,14 +25,6 @@ evidence (a contextual bandit over K, as BanditSpec runs one over speculation se
 - Seconds are judged per arm, since padding and pass shapes differ by K; an arm that
   has run little borrows the line through the other speculative arms' ratios, so when
   speculation costs more than predicted every K > 0 learns it from the first Ks tried.
-- Seconds are judged against the cost models as they are fitted now, not as they stood
-  when the steps ran: each step's prediction is kept as what it asked of each model
-  (passes, tokens fed, KV slots, query-key pairs: :class:`CostFeatures`) and priced
-  under the current fit whenever a correction is read. A ratio to the prediction of its
-  day counts a slowdown twice once the models have refitted to it: the ratio learnt
-  while they lagged, on top of their slower word. So, at 32 rows on the α ≈ 0.5 pair,
-  the machine slowed while plain decoding ran, its correction learnt 1.34x, the refitted
-  model priced its step slower too, and K = 1 (0.86x plain decoding) held two rounds.
 - Evidence is discounted (recent steps weigh most), so a changed cost or acceptance
   is learnt again: a plain step ages the plain arm, a speculative step every
   speculative arm (near-tied Ks taking turns must forget a changed cost as fast as one

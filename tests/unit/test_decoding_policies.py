@@ -559,17 +559,16 @@ def test_goodput_prices_catching_a_draft_up_by_the_tokens_left_to_repay_it() -> 
     # every draft misses 300 tokens: a catch-up of about 0.12 s, which 200 tokens left
     # repay and 3 tokens left do not
     lagging = BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300, lags=[300] * 4)
-    assert policy.switch_share(lagging, 4) > 0
+    assert policy.switch_seconds(lagging, 4) > 0
     assert policy.choose(lagging) >= 4
     ending = BatchShape(alphas=[0.9] * 4, remaining=[3] * 4, span=300, lags=[300] * 4)
     assert policy.choose(ending) == 0
     # the price of the switch is spread over the tokens each lagging row has left
     one = BatchShape(alphas=[0.9], remaining=[100], span=300, lags=[300])
-    caught_up = BatchShape(alphas=[0.9], remaining=[100], span=300, lags=[0])
-    assert policy.predict(one, 4)[1] - policy.predict(caught_up, 4)[1] == pytest.approx(
+    assert policy.switch_seconds(one, 4) == pytest.approx(
         policy.draft_costs.predict(300, 300, 300 * 300) * expected_tokens(0.9, 4, 100) / 100
     )
-    assert policy.predict(one, 0) == policy.predict(caught_up, 0)
+    assert policy.switch_seconds(one, 0) == 0.0
 
 
 def test_a_newcomers_catch_up_is_spread_over_the_tokens_it_lets_the_row_speculate() -> None:
@@ -755,7 +754,7 @@ def test_a_probe_of_speculation_pays_the_whole_catch_up_so_long_plain_decoding_i
     for _ in range(300):
         tokens, seconds = policy.predict(caught_up, 0)
         policy.record(StepOutcome(0, caught_up, 0, 0, round(tokens), seconds))
-    assert policy.switch_share(lagging, 4) < 0.01
+    assert policy.switch_seconds(lagging, 4) < 0.01 * policy.catch_up_seconds(lagging)
     assert policy.choose(caught_up) > 0, "a close call with drafts caught up is probed"
     assert policy.choose(lagging) == 0
 
