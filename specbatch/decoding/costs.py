@@ -15,12 +15,6 @@ Recent passes are kept per width (the tokens each row was fed, in classes 1, 2-3
 while speculating at one row) would otherwise leave only passes whose constant and
 per-token terms cannot be told apart, and the prediction of any other width (the plain
 pass the choice of K compares against) would be an extrapolation off by a quarter.
-
-A prediction that is later held against what happened is kept as :class:`CostFeatures`
-(what it asked of each model) rather than as seconds, so it is priced under the fit of
-the moment it is compared, not the fit it was made with: a machine that slowed shows
-once, in the refitted model, instead of also in every ratio of realised to predicted
-seconds measured while the model lagged.
 """
 
 from __future__ import annotations
@@ -60,16 +54,11 @@ class PassCosts:
         if self._since_fit >= REFIT_EVERY or self.observations <= REFIT_EVERY:
             self._fit()
 
-    def price(self, passes: float, tokens: float, slots: float, pairs: float) -> float:
-        """Seconds for ``passes`` passes that together feed ``tokens`` tokens, gather
-        ``slots`` KV slots and attend ``pairs`` query-key pairs, under the current fit."""
-        constant, per_token, per_slot, per_pair = self._terms
-        return constant * passes + per_token * tokens + per_slot * slots + per_pair * pairs
-
     def predict(self, tokens: float, slots: float, pairs: float) -> float:
         """Seconds for a pass feeding ``tokens`` tokens, gathering ``slots`` KV slots and
         attending ``pairs`` query-key pairs."""
-        return self.price(1.0, tokens, slots, pairs)
+        constant, per_token, per_slot, per_pair = self._terms
+        return constant + per_token * tokens + per_slot * slots + per_pair * pairs
 
     def _fit(self) -> None:
         self._since_fit = 0
@@ -89,37 +78,3 @@ class PassCosts:
                 break
             active.pop(int(np.argmin(solution)))
         self._terms = tuple(float(c) for c in coefficients)
-
-
-class CostFeatures:
-    """What a prediction asked of each cost model: per model the passes, tokens fed, KV
-    slots and query-key pairs, summed. The models are linear, so the sum prices as the
-    sum of its passes; :meth:`seconds` prices it under each model's current fit."""
-
-    __slots__ = ("_sums",)
-
-    def __init__(self) -> None:
-        self._sums: dict[PassCosts, list[float]] = {}
-
-    def add(self, model: PassCosts, tokens: float, slots: float, pairs: float, times: float = 1.0) -> None:
-        """``times`` passes of ``model`` (a fraction: a share of one), each of these sizes."""
-        sums = self._sums.setdefault(model, [0.0, 0.0, 0.0, 0.0])
-        sums[0] += times
-        sums[1] += times * tokens
-        sums[2] += times * slots
-        sums[3] += times * pairs
-
-    def add_weighted(self, other: CostFeatures, weight: float) -> None:
-        for model, theirs in other._sums.items():
-            sums = self._sums.setdefault(model, [0.0, 0.0, 0.0, 0.0])
-            for i, value in enumerate(theirs):
-                sums[i] += weight * value
-
-    def scale(self, factor: float) -> None:
-        for sums in self._sums.values():
-            for i in range(4):
-                sums[i] *= factor
-
-    def seconds(self) -> float:
-        """The predicted seconds under each model's fit now."""
-        return sum(model.price(*sums) for model, sums in self._sums.items())

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from specbatch.decoding.costs import CostFeatures, PassCosts
+from specbatch.decoding.costs import PassCosts
 from specbatch.decoding.realised import RealisedGoodput
 
 MIN_LOOKAHEAD = 1
@@ -236,66 +236,50 @@ class GoodputLookahead:
     def predict(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``, the
         rest of its iteration included."""
-        tokens, cost = self._step(batch, lookahead)
-        cost.add(self.iteration_costs[lookahead > 0], len(batch.alphas), 0, 0)
-        return tokens, cost.seconds()
+        tokens, seconds = self._step(batch, lookahead)
+        return tokens, seconds + self.iteration_costs[lookahead > 0].predict(len(batch.alphas), 0, 0)
 
-    def _step(self, batch: BatchShape, lookahead: int) -> tuple[float, CostFeatures]:
-        """Predicted committed tokens of the step's passes with K = ``lookahead``, and
-        what those passes, the step's own overhead and the catch-up it owes cost."""
+    def _step(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
+        """Predicted (committed tokens, seconds) of the step's passes and its own
+        overhead with K = ``lookahead``, and the catch-up it owes."""
         rows, span = self.padded_rows(len(batch.alphas)), batch.span
-        cost = CostFeatures()
-        cost.add(self.step_costs[lookahead > 0], rows, 0, 0)
+        overhead = self.step_costs[lookahead > 0].predict(rows, 0, 0)
         if lookahead == 0:
-            cost.add(self.target_costs, rows, rows * span, rows * span)
-            return len(batch.alphas), cost
+            return len(batch.alphas), self.target_costs.predict(rows, rows * span, rows * span) + overhead
         committed = sum(
             expected_tokens(a, lookahead, r) for a, r in zip(batch.alphas, batch.remaining, strict=True)
         )
-        draft_slots = rows * (span + lookahead)
-        cost.add(self.draft_costs, rows, draft_slots, draft_slots, times=lookahead)
+        draft_pass = self.draft_costs.predict(rows, rows * (span + lookahead), rows * (span + lookahead))
         verify_span = span + lookahead
         fed = rows * (self.verify_columns(lookahead) + 1)
-        cost.add(self.target_costs, fed, rows * verify_span, fed * verify_span)
-        share = self._switch_share(batch, lookahead)
-        if share:
-            cost.add_weighted(self._catch_up(batch), share)
-        return committed, cost
-
-    def price_step(self, step: StepOutcome) -> tuple[float, CostFeatures]:
-        """Predicted committed tokens, and cost, of what ``step`` ran: its rows at its K
-        and, beside them, a plain pass of the rest (one token each), in one iteration."""
-        tokens, cost = self._step(step.batch, step.lookahead)
-        rows = len(step.batch.alphas) + step.plain_beside
-        if step.plain_beside:
-            beside_tokens, beside_cost = self._step(step.beside, 0)
-            tokens += beside_tokens
-            cost.add_weighted(beside_cost, 1.0)
-        cost.add(self.iteration_costs[step.lookahead > 0], rows, 0, 0)
-        return tokens, cost
+        verify_pass = self.target_costs.predict(fed, rows * verify_span, fed * verify_span)
+        step = lookahead * draft_pass + verify_pass + overhead
+        return committed, step + self.switch_seconds(batch, lookahead)
 
     def predict_step(self, step: StepOutcome) -> tuple[float, float]:
-        """Predicted (committed tokens, seconds) of what ``step`` ran (:meth:`price_step`)."""
-        tokens, cost = self.price_step(step)
-        return tokens, cost.seconds()
+        """Predicted (committed tokens, seconds) of what ``step`` ran: its rows at its K
+        and, beside them, a plain pass of the rest (one token each), in one iteration."""
+        tokens, seconds = self._step(step.batch, step.lookahead)
+        rows = len(step.batch.alphas) + step.plain_beside
+        if step.plain_beside:
+            beside_tokens, beside_seconds = self._step(step.beside, 0)
+            tokens, seconds = tokens + beside_tokens, seconds + beside_seconds
+        return tokens, seconds + self.iteration_costs[step.lookahead > 0].predict(rows, 0, 0)
 
     def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
         """The draft catch-up that speculating with K = ``lookahead`` needs first, per
-        step (:meth:`_switch_share` of :meth:`catch_up_seconds`)."""
-        share = self._switch_share(batch, lookahead)
-        return share * self.catch_up_seconds(batch) if share else 0.0
-
-    def _switch_share(self, batch: BatchShape, lookahead: int) -> float:
-        """The share of the whole catch-up one step with K = ``lookahead`` is charged:
-        each lagging row's share (by tokens fed) spread over the tokens it has left at
-        the rate K commits them. A row about to finish cannot repay a long catch-up,
-        one with many tokens left can; a row whose draft is caught up costs nothing
-        more, whatever its catch-up cost."""
-        fed = sum(batch.lags)
-        if lookahead == 0 or fed == 0:
+        step: one prefill of every lagging draft, each row's share (by tokens fed)
+        spread over the tokens it has left at the rate K commits them. A row about to
+        finish cannot repay a long catch-up, one with many tokens left can; a row
+        whose draft is caught up costs nothing more, whatever its catch-up cost."""
+        if lookahead == 0:
             return 0.0
+        catch_up = self.catch_up_seconds(batch)
+        if catch_up == 0.0:
+            return 0.0
+        fed = sum(batch.lags)
         return sum(
-            lag / fed * expected_tokens(alpha, lookahead, remaining) / max(1, remaining)
+            catch_up * lag / fed * expected_tokens(alpha, lookahead, remaining) / max(1, remaining)
             for lag, alpha, remaining in zip(batch.lags, batch.alphas, batch.remaining, strict=True)
             if lag > 0
         )
@@ -308,16 +292,11 @@ class GoodputLookahead:
         before, priced lags spread over 16-256 tokens (whole prompts, after plain
         decoding) at about twice their tokens: 0.9-1.6 s for 30-32 rows on a90, where
         the engine measured 0.118 ms a token fed."""
-        return self._catch_up(batch).seconds()
-
-    def _catch_up(self, batch: BatchShape) -> CostFeatures:
-        """The draft pass of :meth:`catch_up_seconds` (none where no draft lags)."""
-        cost = CostFeatures()
         lags = [lag for lag in batch.lags if lag > 0]
-        if lags:
-            fed = sum(lags)
-            cost.add(self.draft_costs, fed, len(lags) * batch.span, fed * batch.span)
-        return cost
+        if not lags:
+            return 0.0
+        fed = sum(lags)
+        return self.draft_costs.predict(fed, len(lags) * batch.span, fed * batch.span)
 
     def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
         """(committed tokens, seconds) of one step with each K of ``lookaheads``: the
@@ -388,7 +367,7 @@ class GoodputLookahead:
         self.realised.record(
             len(step.batch.alphas) + step.plain_beside,
             step.lookahead,
-            self.price_step(step),
+            self.predict_step(step),
             (step.committed, step.seconds),
         )
 

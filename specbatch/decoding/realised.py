@@ -51,8 +51,6 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from specbatch.decoding.costs import CostFeatures
-
 # Per step of a bucket, the arms on the side that ran (plain, or speculative) keep
 # DISCOUNT of their evidence (about 100 steps of memory) and those on the other side
 # IDLE_DISCOUNT (about 400 steps): speculation switched off fades back to the cost
@@ -80,35 +78,33 @@ EXPLORATION = 0.1
 
 @dataclass
 class _Evidence:
-    """Discounted sums of one arm's steps: predicted and realised tokens and seconds,
-    the predicted seconds kept as what the steps asked of the cost models (priced under
-    their fit now: see the module's docstring)."""
+    """Discounted sums of one arm's steps: predicted and realised tokens and seconds."""
 
     steps: float = 0.0
     predicted_tokens: float = 0.0
     realised_tokens: float = 0.0
-    predicted_cost: CostFeatures = field(default_factory=CostFeatures)
+    predicted_seconds: float = 0.0
     realised_seconds: float = 0.0
 
     def decay(self, factor: float) -> None:
         self.steps *= factor
         self.predicted_tokens *= factor
         self.realised_tokens *= factor
-        self.predicted_cost.scale(factor)
+        self.predicted_seconds *= factor
         self.realised_seconds *= factor
 
     def add_weighted(self, other: _Evidence, weight: float) -> None:
         self.steps += weight * other.steps
         self.predicted_tokens += weight * other.predicted_tokens
         self.realised_tokens += weight * other.realised_tokens
-        self.predicted_cost.add_weighted(other.predicted_cost, weight)
+        self.predicted_seconds += weight * other.predicted_seconds
         self.realised_seconds += weight * other.realised_seconds
 
-    def add(self, predicted: tuple[float, CostFeatures], realised: tuple[float, float]) -> None:
+    def add(self, predicted: tuple[float, float], realised: tuple[float, float]) -> None:
         self.steps += 1
         self.predicted_tokens += predicted[0]
         self.realised_tokens += realised[0]
-        self.predicted_cost.add_weighted(predicted[1], 1.0)
+        self.predicted_seconds += predicted[1]
         self.realised_seconds += realised[1]
 
 
@@ -151,20 +147,17 @@ class _Bucket:
         """Each K's (tokens, seconds) realised per predicted: tokens from every
         speculative arm's line, seconds from K's own steps shrunk towards theirs. The
         lines are fitted once for all the Ks asked of (the choice asks of nine a step)."""
-        predicted_seconds = {j: e.predicted_cost.seconds() for j, e in self.arms.items()}
-        speculative = [
-            (j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0 and predicted_seconds[j] > 0
-        ]
+        speculative = [(j, e) for j, e in self.arms.items() if j > 0 and e.steps > 0]
         tokens = _speculative_line(_token_points(speculative))
         seconds = _speculative_line(
-            [(j, e.steps, e.realised_seconds / predicted_seconds[j]) for j, e in speculative]
+            [(j, e.steps, e.realised_seconds / e.predicted_seconds) for j, e in speculative]
         )
         found = []
         for k in ks:
             arm = self.arms.get(k, _Evidence())
             prior = (1.0, 1.0) if k == 0 else (tokens(k), seconds(k))
             found.append(
-                (prior[0], _shrunk(arm.realised_seconds, predicted_seconds.get(k, 0.0), arm.steps, prior[1]))
+                (prior[0], _shrunk(arm.realised_seconds, arm.predicted_seconds, arm.steps, prior[1]))
             )
         return found
 
@@ -228,11 +221,11 @@ class RealisedGoodput:
         self._reads: dict[int, _Bucket] = {}
 
     def record(
-        self, rows: int, k: int, predicted: tuple[float, CostFeatures], realised: tuple[float, float]
+        self, rows: int, k: int, predicted: tuple[float, float], realised: tuple[float, float]
     ) -> None:
-        """One step of ``rows`` rows ran K = ``k``; ``predicted`` is (committed tokens,
-        what its passes cost) and ``realised`` (committed tokens, seconds)."""
-        if min(predicted[0], predicted[1].seconds(), *realised) <= 0:
+        """One step of ``rows`` rows ran K = ``k``; ``predicted`` and ``realised`` are
+        (committed tokens, seconds)."""
+        if min(*predicted, *realised) <= 0:
             return
         self._reads.clear()
         bucket = self._buckets.setdefault(batch_bucket(rows), _Bucket())
