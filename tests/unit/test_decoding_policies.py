@@ -495,12 +495,12 @@ def _run_timing_itself(
 
 def test_goodput_counts_a_slowdown_once_where_its_cost_model_refits() -> None:
     # K = 1 runs 0.97x plain decoding. The machine slows by 1.34x while plain decoding
-    # runs: its correction (realised over predicted seconds) learns 1.34x before the cost
-    # model, which keeps 128 passes of each width, has refitted to the slower passes; then
-    # the refitted model priced the plain step slower again, with that correction on top.
-    # Kept as the ratio to what the model predicted then, four seeds of eight ran K = 1 on
-    # 830-1,240 of the last 1,300 steps, at 0.97-0.98x plain decoding; priced under the
-    # current fit, a slowdown counts once.
+    # runs. A fit over raw seconds (128 passes kept per width) took the slower passes in
+    # slowly, so plain decoding's correction (realised over predicted seconds) learnt up
+    # to 1.34x meanwhile, and once the fit had caught up the plain step was priced slower
+    # twice: four seeds of eight ran K = 1 on 830-1,240 of the last 1,300 steps, at
+    # 0.97-0.98x plain decoding. With the machine's pace read apart from the fit, the
+    # prediction follows the slowdown within a block or two of passes.
     def world(k: int) -> float:
         draft = sum(_draft_seconds(4, 4 * (110 + d), 4 * (110 + d)) for d in range(1, k + 1))
         return draft + _target_seconds(4 * (k + 1), 4 * (110 + k), 4 * (k + 1) * (110 + k))
