@@ -74,9 +74,10 @@ class PassCosts:
 
     @property
     def pace(self) -> float:
-        """The latest blocks' seconds over what the fit predicts for them (1: as fitted)."""
+        """The latest blocks' seconds over what the fit predicts for them (1: as fitted,
+        or where they took no time: a pace divides the passes kept, so it is never 0)."""
         seconds, fitted = (sum(block[i] for block in self._latest) for i in (0, 1))
-        return seconds / fitted if fitted > 0 else 1.0
+        return seconds / fitted if fitted > 0 and seconds > 0 else 1.0
 
     def observe(self, tokens: int, slots: int, pairs: int, seconds: float) -> None:
         self._block.append((float(tokens), float(slots), float(pairs), float(seconds)))
@@ -115,7 +116,8 @@ class PassCosts:
             return self.pace
         known_widths = [width for width, is_known in zip(widths, known, strict=True) if is_known]
         fitted = float(self._expected(block[known], known_widths).sum())
-        return float(block[known, 3].sum()) / fitted if fitted > 0 else self.pace
+        seconds = float(block[known, 3].sum())
+        return seconds / fitted if fitted > 0 and seconds > 0 else self.pace
 
     def _expected(self, passes: np.ndarray, widths: list[int]) -> np.ndarray:
         """The fit's seconds for ``passes`` of these widths at a steady speed, each

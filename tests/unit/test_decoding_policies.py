@@ -9,6 +9,7 @@ import itertools
 import math
 import random
 import statistics
+import warnings
 from collections import Counter
 from collections.abc import Callable
 
@@ -706,6 +707,18 @@ def test_a_width_the_linear_fit_misses_is_not_read_as_the_machines_speed() -> No
     plain = costs.predict(1, 150, 150)
     _observe_widths(costs, seconds, [2] * 400, rng)
     assert costs.predict(1, 150, 150) == pytest.approx(plain, rel=0.02)
+
+
+def test_passes_that_took_no_time_leave_the_model_finite() -> None:
+    # a step's overhead can be measured at 0 (the engine clamps a negative remainder): a
+    # block of such passes must not read a pace of 0 and divide the passes kept by it
+    costs = PassCosts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for rows in [1, 2, 4, 8] * 10 + [4] * 3 * REFIT_EVERY + [2] * REFIT_EVERY:
+            costs.observe(rows, 0, 0, 0.001 * rows if rows != 4 else 0.0)
+    assert costs.pace > 0
+    assert all(math.isfinite(costs.predict(rows, 0, 0)) for rows in (1, 8))
 
 
 def test_shapes_pad_to_buckets_only_when_static() -> None:
