@@ -202,18 +202,23 @@ class Relay:
 
 
 class ClosedLoop:
-    """``concurrency`` clients of one engine, each submitting the workload's next request
-    as soon as its previous one ends; counts the tokens streamed. With a ``limit`` the
-    clients stop once that many requests were submitted, and ``finished`` is set when
-    the last of them has ended (otherwise they cycle through the workload until
-    stopped)."""
+    """``concurrency`` clients of one engine, each submitting its next request as soon as
+    its previous one ends; counts the tokens streamed. Client i serves the workload's
+    requests i, i + concurrency, i + 2 * concurrency, ... in order, whatever the timing,
+    so every engine of a comparison decodes the same rows side by side: drawn first
+    come first served from one list, which requests ran together (and how long a
+    round's last rows decoded alone) followed the order earlier rows happened to finish
+    in, and two engines of identical passes ran different batches. With a ``limit`` the
+    clients serve the first ``limit`` requests between them, and ``finished`` is set when
+    the last has ended (otherwise each cycles through its share until stopped)."""
 
     def __init__(
         self, engine: Engine, jobs: list[Job], concurrency: int, mode: str, limit: int | None = None
     ) -> None:
         self.engine, self.jobs, self.mode = engine, jobs, mode
         self.tokens = 0
-        self._next_job = itertools.cycle(range(len(jobs))) if limit is None else iter(range(limit))
+        shares = [range(i, len(jobs) if limit is None else limit, concurrency) for i in range(concurrency)]
+        self._next_jobs = [itertools.cycle(share) if limit is None else iter(share) for share in shares]
         self._clients_left = concurrency
         self.finished = threading.Event()
         self._lock = threading.Lock()
@@ -233,8 +238,7 @@ class ClosedLoop:
         sink = _ClientSink(self, done)
         try:
             while not self._stop.is_set():
-                with self._lock:
-                    position = next(self._next_job, None)
+                position = next(self._next_jobs[index], None)
                 if position is None:
                     return
                 job = self.jobs[position % len(self.jobs)]
