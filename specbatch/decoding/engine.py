@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specbatch.decoding.host_memory import keep_freed_memory
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError, blocks_in_budget
 from specbatch.decoding.lookahead import (
     MAX_LOOKAHEAD,
@@ -123,6 +124,8 @@ class Engine:
     :mod:`specbatch.decoding.compiled`.
     ``prefix_caching``: reuse the KV blocks of prompt prefixes computed before (on by
     default; off, every prompt is computed whole).
+    Building one keeps the process's freed memory for the next pass
+    (:mod:`specbatch.decoding.host_memory`).
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class Engine:
             raise ValueError(f"batching must be one of {BATCHING}, got {batching!r}")
         if max_rows < 1 or prefill_chunk < 1:
             raise ValueError("max_rows and prefill_chunk must be at least 1")
+        keep_freed_memory()
         self.pair = pair
         self.max_rows = max_rows
         self.prefill_chunk = prefill_chunk
