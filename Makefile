@@ -66,6 +66,7 @@ chaos: setup
 bench: setup
 	$(BIN)/python scripts/bench_specdec.py --quick --out results/bench_specdec.json
 	$(BIN)/python scripts/bench_continuous.py --quick --out results/bench_continuous.json
+	$(BIN)/python scripts/bench_host_memory.py --rounds 2 --out results/bench_host_memory.json
 	$(BIN)/python scripts/bench_prefix.py --quick --out results/bench_prefix.json
 	$(BIN)/python scripts/bench_prefix_serving.py --quick --out results/bench_prefix_serving.json
 	$(BIN)/python scripts/bench_lookahead.py --quick --out results/bench_lookahead.json
