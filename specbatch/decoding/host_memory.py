@@ -7,14 +7,15 @@ free space there passes the trim threshold; either way the next pass touches new
 and the kernel zero-fills each on a page fault. The thresholds adapt on their own, but
 only up to 32 MiB and only after a large block was freed, so a batch whose buffers cross
 that size, or whose sizes change from pass to pass, keeps faulting. On the 2-core VM of
-docs/BENCHMARKS.md the a70 pair decoding 96 requests at 32 rows took 11.6-16.2 s with
-1.1-3.1 million minor faults per run, and 10.2-13.6 s with 5-9 thousand once both
-thresholds were raised ("Host memory" there); a whole benchmark of two such engines took
-23 million faults and two identical engines in it read 0.80-1.21x of each other, 0.5
-million and within 3 % with them.
+docs/BENCHMARKS.md the a70 pair decoding 96 requests at 32 rows took 9.5-16.7 s with
+0.4-4.9 million minor faults per run, and 8.7-9.5 s with 8-14 thousand once both
+thresholds were raised ("Host memory" there, `scripts/bench_host_memory.py`); a whole
+benchmark of a dozen engines took 23 million faults and two identical engines in it read
+0.80-1.21x of each other, 0.5 million and within 3 % with them.
 
 Raising one threshold without the other is worse: fixing the trim threshold also stops
-the mmap threshold adapting, so every block above 128 KiB is mmap'd (27 s per run above).
+the mmap threshold adapting, so every block above 128 KiB is mmap'd (27 s a run in a
+scratch run of the same engine).
 The settings apply to the whole process; a user who tuned malloc through its environment
 variables keeps their own, and `SPECBATCH_KEEP_FREED_MEMORY=0` leaves glibc's defaults
 (the comparison above, or a host that must return memory at once).
