@@ -10,7 +10,7 @@ that size, or whose sizes change from pass to pass, keeps faulting. On the 2-cor
 docs/BENCHMARKS.md the a70 pair decoding 96 requests at 32 rows took 9.5-16.7 s with
 0.4-4.9 million minor faults per run, and 8.7-9.5 s with 8-14 thousand once both
 thresholds were raised ("Host memory" there, `scripts/bench_host_memory.py`); a whole
-benchmark of a dozen engines took 23 million faults and two identical engines in it read
+benchmark of four engines took 23 million faults and two identical engines in it read
 0.80-1.21x of each other, 0.5 million and within 3 % with them.
 
 Raising one threshold without the other is worse: fixing the trim threshold also stops
