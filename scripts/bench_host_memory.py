@@ -98,6 +98,8 @@ def run_in_child(setting: str, args) -> dict:
         str(args.rows),
         "--lookahead",
         str(args.lookahead),
+        "--threads",
+        str(args.threads),
     ]
     environment = {**os.environ, OPT_OUT_ENV: SETTINGS[setting]}
     done = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
