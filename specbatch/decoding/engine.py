@@ -40,7 +40,6 @@ from specbatch.decoding.lookahead import (
     BatchShape,
     LookaheadPolicy,
     StepOutcome,
-    catch_up_share,
     iteration_costs_name,
     make_lookahead,
 )
@@ -96,9 +95,8 @@ class DecodedStep:
     """One decode step as the policy is told of it once its tokens are delivered: K
     (0: plain), the batch that ran it and the plain rows beside it as they stood before
     it, how many rows in all, the accepted draft count per speculative row, the tokens
-    committed, the seconds charged to it (passes and the newcomers' catch-up share) and
-    the seconds of the iteration spent in passes, catch-up and waiting for the device
-    (what is not the iteration's rest)."""
+    committed, the seconds of its passes and the seconds of the iteration spent in
+    passes, catch-up and waiting for the device (what is not the iteration's rest)."""
 
     lookahead: int
     shape: BatchShape
@@ -473,6 +471,7 @@ class Engine:
             if need + reserve > self.pool.num_free:
                 return
             self.prefixes.admit(row, hit)
+            row.draft_feed = row.seq_len - row.draft_cached
             self.pool.grow(row.blocks, row.seq_len + MAX_LOOKAHEAD)
             self._waiting.popleft()
             self._running.append(row)
@@ -506,25 +505,15 @@ class Engine:
 
     def _catch_up(self, rows: list[Row]) -> None:
         """Feed the lagging drafts among ``rows`` what they missed (one prefill chunk). A
-        lag the policy saw when it chose to speculate was priced then and is not charged
-        again. A row admitted while speculating is caught up before any choice sees it:
-        its draft's prefill is what speculating costs per new row, a standing cost, so
-        the row owes its share of the pass (by tokens fed) to the speculative steps it
-        enables."""
+        row admitted while speculating is fed here before any choice sees it; what that
+        costs per row, a standing cost of speculating, the policy prices from the rows'
+        feeds (:meth:`GoodputLookahead.feed_seconds_per_token`)."""
         rows = [r for r in rows if _lags(r)]
         if not rows:
             return
-        before = [r.draft_cached for r in rows]
-        self.runner.clock.drain()  # the window holds the catch-up's device time, no more
-        started = time.perf_counter()
-        fed = self.runner.prefill(rows, "draft", self._prefill_budget(), self._draft_writable_end)
+        self.runner.clock.drain()  # a timed window around it holds its device time, no more
+        self.runner.prefill(rows, "draft", self._prefill_budget(), self._draft_writable_end)
         self.runner.clock.drain()
-        seconds = time.perf_counter() - started
-        for row, cached in zip(rows, before, strict=True):
-            if fed and not row.lag_priced:
-                row.catch_up_seconds += seconds * (row.draft_cached - cached) / fed
-            if not _lags(row):
-                row.lag_priced = False
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)
@@ -578,7 +567,6 @@ class Engine:
         if plain_target:
             committed.update(zip(plain_target, self.runner.plain_step(plain_target, "target"), strict=True))
         passes = time.perf_counter() - started
-        charge = self._catch_up_charge(spec_rows, committed) if spec_rows else 0.0
         if draft_only:
             started = time.perf_counter()
             committed.update(zip(draft_only, self.runner.plain_step(draft_only, "draft"), strict=True))
@@ -593,20 +581,10 @@ class Engine:
             rows=len(judged) + len(beside),
             accepted=counts,
             committed=sum(len(committed[r]) for r in judged + beside),
-            seconds=passes + charge,
+            seconds=passes,
             timed=timed + passes,
         )
         return committed, step
-
-    def _catch_up_charge(self, spec_rows: list[Row], committed: dict[Row, list[int]]) -> float:
-        """The newcomers' draft catch-up this speculative step is charged (see
-        :func:`catch_up_share`); the rows owe that much less."""
-        total = 0.0
-        for row in spec_rows:
-            share = catch_up_share(row.catch_up_seconds, len(committed[row]), row.remaining)
-            row.catch_up_seconds -= share
-            total += share
-        return total
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
         prior, weight = self._acceptance.optimistic_alpha, self._acceptance.row_prior_weight
@@ -616,13 +594,13 @@ class Engine:
             span=max(r.seq_len for r in rows),
             lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],
             rows=[r.handle.row_id for r in rows],
+            feeds=[r.draft_feed for r in rows],
+            requested=[r.request.max_new_tokens for r in rows],
         )
 
     def _choose_lookahead(self, rows: list[Row]) -> int:
         if not rows:
             return 0
-        for row in rows:
-            row.lag_priced = row.lag_priced or _lags(row)
         k = self.lookahead.choose(self._batch_shape(rows))
         return max(0, min(k, max(r.remaining for r in rows) - 1))
 

@@ -12,12 +12,16 @@
   K = 0 is plain target decoding and always a candidate, so where speculation does
   not pay (low acceptance, or under load where verify costs grow with K) it switches
   itself off instead of slowing the server down. The draft is fed only while the
-  policy speculates, so switching speculation on (or admitting a row while it is on)
-  first catches the lagging drafts up: that prefill is priced into each K > 0 when it
-  is chosen, spread over the tokens it lets the rows speculate, and forgotten once
-  paid (a sunk cost says nothing of which K is best next). A row admitted while the
-  policy speculates has its draft prefilled before any choice sees it: a standing
-  cost of speculating, which the engine charges to the speculative steps it enables.
+  policy speculates, so switching speculation on first catches the lagging drafts up:
+  that prefill is priced into each K > 0 when it is chosen, spread over the tokens it
+  lets the rows speculate, and forgotten once paid (a sunk cost says nothing of which
+  K is best next). A row admitted while the policy speculates has its draft fed its
+  prompt before any choice sees it: a standing cost of speculating, priced into each
+  K > 0 per token it commits from the batch's own rows (their drafts' prompts over the
+  tokens they ask for; the rows that replace them cost about as much). It is priced,
+  not learnt from the steps: charged to the speculative steps after a burst of
+  arrivals, it read as every K costing 1.5-2.1x its prediction for the first few steps
+  (a90, 16 rows), and the policy decoded plain through the burst while the lags grew.
   A choice is held for a few steps of the same rows without pricing the Ks again:
   pricing nine Ks costs a few per cent of a step at one row, while what the choice
   rests on moves little in a few steps (a plain step moves no acceptance at all; a
@@ -97,14 +101,18 @@ def expected_tokens(alpha: float, lookahead: int, remaining: int) -> float:
 class BatchShape:
     """What the choice of K looks at: per row acceptance and tokens left, the longest
     row's length (every row of a pass reads that span), per row the tokens its draft
-    must be fed before it can speculate (empty: no draft lags), and the rows' ids, which
-    tell a batch of the same rows from a new one (empty: never the same rows)."""
+    must be fed before it can speculate (empty: no draft lags), the rows' ids, which
+    tell a batch of the same rows from a new one (empty: never the same rows), and per
+    row the tokens its draft was fed on admission and the tokens it asks for in all
+    (empty: a newcomer's draft costs nothing)."""
 
     alphas: Sequence[float]
     remaining: Sequence[int]
     span: int
     lags: Sequence[int] = ()
     rows: Sequence[int] = ()
+    feeds: Sequence[int] = ()
+    requested: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
@@ -139,14 +147,6 @@ def iteration_costs_name(lookahead: int) -> str:
     of a one-row plain step, the size of the choices at stake).
     """
     return "iteration_speculative" if lookahead > 0 else "iteration_plain"
-
-
-def catch_up_share(outstanding: float, committed: int, remaining: int) -> float:
-    """The part of a row's ``outstanding`` draft catch-up seconds charged to a
-    speculative step that committed ``committed`` of its ``remaining`` tokens: spread
-    evenly over the tokens the catch-up lets the row speculate, so no one step looks
-    ruinous and the whole is paid by the row's last token."""
-    return outstanding * min(1.0, committed / max(1, remaining))
 
 
 class LookaheadPolicy(Protocol):
@@ -298,16 +298,30 @@ class GoodputLookahead:
         fed = sum(lags)
         return self.draft_costs.predict(fed, len(lags) * batch.span, fed * batch.span)
 
+    def feed_seconds_per_token(self, batch: BatchShape) -> float:
+        """What speculating costs per token committed in feeding newcomers' prompts to
+        their drafts (plain decoding feeds none): the batch's drafts' prefills, priced by
+        the fitted draft cost model as the engine runs them (one row, its prompt at
+        once), over the tokens its rows ask for."""
+        requested = sum(batch.requested)
+        if not requested:
+            return 0.0
+        seconds = sum(self.draft_costs.predict(fed, fed, fed * fed) for fed in batch.feeds if fed > 0)
+        return seconds / requested
+
     def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
         """(committed tokens, seconds) of one step with each K of ``lookaheads``: the
-        cost model's prediction corrected by what that K delivered at this batch size."""
+        cost model's prediction corrected by what that K delivered at this batch size,
+        and for K > 0 the newcomers' draft prefills its tokens stand for."""
         corrections = self.realised.corrections(len(batch.alphas), lookaheads)
-        return [
-            (tokens * token_factor, seconds * time_factor)
-            for (tokens, seconds), (token_factor, time_factor) in zip(
-                (self.predict(batch, k) for k in lookaheads), corrections, strict=True
-            )
-        ]
+        feed = self.feed_seconds_per_token(batch)
+        found = []
+        for k, (tokens, seconds), (token_factor, time_factor) in zip(
+            lookaheads, (self.predict(batch, k) for k in lookaheads), corrections, strict=True
+        ):
+            tokens *= token_factor
+            found.append((tokens, seconds * time_factor + (feed * tokens if k else 0.0)))
+        return found
 
     def goodput(self, batch: BatchShape, lookahead: int) -> float:
         """Corrected committed tokens per second of one step with K = ``lookahead``."""

@@ -83,10 +83,9 @@ class Row:
     accepted: int = 0
     rejections: int = 0
     preemptions: int = 0
-    # draft catch-up of a row admitted while speculating, not yet charged to a speculative
-    # step; and whether the policy saw the row's draft lag when it chose K (so priced it)
-    catch_up_seconds: float = 0.0
-    lag_priced: bool = False
+    # tokens its draft had to be fed when it was last admitted (its prompt, less what the
+    # prefix cache held): what the row cost its draft if admitted while speculating
+    draft_feed: int = 0
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 

@@ -379,29 +379,22 @@ def test_the_choice_that_switches_speculation_on_runs_its_step_at_once(pair, ref
     assert switched.drafted == 16
 
 
-def test_a_row_admitted_while_speculating_owes_its_drafts_prefill(pair, reference) -> None:
-    # Rows whose drafts lagged through plain steps are seen lagging by the choice that
-    # switches speculation on, which prices their catch-up: they owe nothing for it. A
-    # row admitted while speculating is caught up before any choice sees it, so it owes
-    # its draft's prefill to the speculative steps it enables. Output stays exact.
+def test_the_choice_sees_what_each_rows_draft_was_fed_and_the_tokens_it_asks_for(pair, reference) -> None:
+    # Feeding a newcomer's prompt to its draft is what speculating costs per row that
+    # joins; the policy prices it from the batch (feeds over tokens asked for), so every
+    # row's feed and request reach the choice, a row that joined while speculating
+    # included. Its prefill is not in any step's seconds. Output stays exact.
     rows = prompts(4, pair.vocab_size, seed=9, min_len=12, max_len=16)
     engine = Engine(pair, prefill_chunk=64)
-    engine.lookahead = _SwitchOn(plain=6)
-    owed: dict[int, float] = {}
-    catch_up = engine._catch_up
-
-    def recording(lagging: list) -> None:
-        catch_up(lagging)
-        for row in lagging:
-            owed[row.handle.row_id] = max(owed.get(row.handle.row_id, 0.0), row.catch_up_seconds)
-
-    engine._catch_up = recording
+    policy = _SwitchOn(plain=6)
+    engine.lookahead = policy
     late = _Collect(1)
     late_ids: list[int] = []
+    asked = {3: 9}  # the late row asks for fewer tokens than the others
 
     def join_while_speculating(sink: _Collect) -> None:
         if len(sink.steps) == 10 and not late_ids:
-            request = GenerationRequest(rows[3], max_new_tokens=NEW_TOKENS)
+            request = GenerationRequest(rows[3], max_new_tokens=asked[3])
             late_ids.extend(h.row_id for h in engine.submit_many([request], late))
 
     early = _Collect(3, on_tokens=join_while_speculating)
@@ -410,9 +403,18 @@ def test_a_row_admitted_while_speculating_owes_its_drafts_prefill(pair, referenc
     early_results, late_results = early.wait(), late.wait()
     for key, prompt in enumerate(rows[:3]):
         assert early_results[key].tokens == reference(tuple(prompt))
-    assert late_results[0].tokens == reference(tuple(rows[3]))
-    assert all(owed[row_id] == 0.0 for row_id in early_ids), "a priced lag is not charged again"
-    assert owed[late_ids[0]] > 0.0, "a newcomer's draft prefill is a cost of speculating"
+    assert late_results[0].tokens == reference(tuple(rows[3]))[: asked[3]]
+    prompt_of = dict(zip([*early_ids, *late_ids], rows, strict=True))
+    asks = {row_id: NEW_TOKENS for row_id in early_ids} | {late_ids[0]: asked[3]}
+    seen = set()
+    for batch in policy.offered:
+        assert len(batch.feeds) == len(batch.requested) == len(batch.rows)
+        for row_id, fed, requested in zip(batch.rows, batch.feeds, batch.requested, strict=True):
+            assert fed == len(prompt_of[row_id]), "a prompt no cache held is fed to the draft whole"
+            assert requested == asks[row_id]
+            seen.add(row_id)
+    assert late_ids[0] in seen, "the row that joined while speculating was offered to the choice"
+    assert any(step.lookahead == 4 for _, step in policy.outcomes)
 
 
 def test_timed_windows_open_and_close_on_a_drained_device(pair, reference) -> None:

@@ -74,7 +74,9 @@ def test_each_choice_is_logged_with_every_ks_corrected_prediction():
     ticks = iter([10.0, 12.0])
     log = ChoiceLog(clock=lambda: next(ticks))
     log.attach(policy)
-    lagging = BatchShape(alphas=[0.9, 0.9], remaining=[40, 60], span=50, lags=[30, 0])
+    lagging = BatchShape(
+        alphas=[0.9, 0.9], remaining=[40, 60], span=50, lags=[30, 0], feeds=[50, 20], requested=[64, 64]
+    )
     log.start("a90", 32, 1)
     k = policy.choose(lagging)
     [choice] = log.rounds[0]["choices"]
@@ -86,8 +88,9 @@ def test_each_choice_is_logged_with_every_ks_corrected_prediction():
         "lagging": 1,
         "lag_tokens": 30,
         "catch_up_s": policy.catch_up_seconds(lagging),
+        "feed_s_per_token": policy.feed_seconds_per_token(lagging),
         "corrected": [list(step) for step in policy.corrected(lagging, range(9))],
         "at": 2.0,
     }
-    assert choice["catch_up_s"] > 0 and len(choice["corrected"]) == 9
+    assert choice["catch_up_s"] > 0 and choice["feed_s_per_token"] > 0 and len(choice["corrected"]) == 9
     assert policy.k == k, "the logged choice is the policy's own"

@@ -5,6 +5,7 @@ shapes compiled steps run at."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -25,7 +26,6 @@ from specbatch.decoding.lookahead import (
     GoodputLookahead,
     RuleLookahead,
     StepOutcome,
-    catch_up_share,
     expected_tokens,
     next_lookahead,
 )
@@ -562,15 +562,43 @@ def test_goodput_prices_catching_a_draft_up_by_the_tokens_left_to_repay_it() -> 
     assert policy.switch_seconds(one, 0) == 0.0
 
 
-def test_a_newcomers_catch_up_is_spread_over_the_tokens_it_lets_the_row_speculate() -> None:
-    assert catch_up_share(0.3, committed=3, remaining=30) == pytest.approx(0.03)
-    assert catch_up_share(0.3, committed=0, remaining=30) == 0.0
-    assert catch_up_share(0.3, committed=5, remaining=4) == 0.3, "the last step pays what is left"
-    owed, charged = 0.3, 0.0
-    for remaining in range(30, 0, -3):
-        share = catch_up_share(owed, committed=3, remaining=remaining)
-        owed, charged = owed - share, charged + share
-    assert charged == pytest.approx(0.3) and owed == pytest.approx(0.0)
+def test_goodput_prices_feeding_newcomers_drafts_per_token_they_ask_for() -> None:
+    # memory-bound target, cheap draft: speculating at α = 0.9 pays where rows join free
+    draft = _costs(per_token=1e-4, fixed=0.001)
+    policy = GoodputLookahead(_policy_costs(_costs(per_token=1e-5, fixed=0.01), draft))
+    free = BatchShape(alphas=[0.9] * 4, remaining=[20] * 4, span=300)
+    assert policy.choose(free) >= 4
+    # while it speculates, every row that joins has its draft fed its prompt: 2,000-token
+    # prompts asking 24 tokens cost more than speculation saves them; asking 2,000 they
+    # do not
+    costly = dataclasses.replace(free, feeds=[2000] * 4, requested=[24] * 4)
+    assert policy.feed_seconds_per_token(costly) == pytest.approx(draft.predict(2000, 2000, 2000**2) / 24)
+    assert policy.choose(costly) == 0
+    long_answers = dataclasses.replace(costly, requested=[2000] * 4)
+    assert policy.choose(long_answers) >= 4
+    # plain decoding feeds no draft: its price is the same with or without the feeds
+    assert policy.corrected(costly, [0]) == policy.corrected(free, [0])
+
+
+def test_a_burst_of_newcomers_drafts_does_not_read_as_speculation_costing_more() -> None:
+    # The feeds are priced, not learnt: a step's record holds its passes alone, so a
+    # speculative step that took what its passes were predicted to take leaves K's
+    # correction at 1 however much the batch's newcomers cost their drafts. (Charged to
+    # the steps after a burst of arrivals, the feeds read as every K costing 1.5-2.1x its
+    # prediction, and the policy decoded plain through the burst.)
+    policy = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    )
+    rows = 16
+    burst = BatchShape([0.9] * rows, [100] * rows, span=200, feeds=[200] * rows, requested=[100] * rows)
+    for _ in range(20):
+        tokens, seconds = policy.predict(burst, 4)
+        policy.record(StepOutcome(4, burst, 4 * rows, round(tokens) - rows, round(tokens), seconds))
+    [(_, time_factor)] = policy.realised.corrections(rows, [4])
+    assert time_factor == pytest.approx(1.0, rel=1e-6)
+    [(tokens, seconds)] = policy.corrected(burst, [4])
+    feeds = policy.feed_seconds_per_token(burst) * tokens
+    assert seconds == pytest.approx(policy.predict(burst, 4)[1] + feeds)
 
 
 def _run_with_lag(
