@@ -319,7 +319,7 @@ class ChoiceLog:
                         "lagging": sum(1 for lag in batch.lags if lag > 0),
                         "lag_tokens": sum(batch.lags),
                         "catch_up_s": policy.catch_up_seconds(batch),
-                        "feed_s_per_token": policy.feed_seconds_per_token(batch),
+                        "feed_s_per_token": policy.feeds.seconds_per_token,
                         "corrected": [list(s) for s in policy.corrected(batch, range(MAX_LOOKAHEAD + 1))],
                         "at": self._clock() - self._began,
                     }

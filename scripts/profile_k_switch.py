@@ -48,6 +48,10 @@ class PatternLookahead:
         self.steps: list[tuple[int, float]] = []
         self._turn = 0
 
+    @property
+    def feeds_drafts(self) -> bool:
+        return self.k > 0
+
     def choose(self, batch: BatchShape) -> int:
         self.k = self.pattern[self._turn % len(self.pattern)]
         self._turn += 1

@@ -472,6 +472,7 @@ class Engine:
                 return
             self.prefixes.admit(row, hit)
             row.draft_feed = row.seq_len - row.draft_cached
+            row.draft_wanted = self.lookahead.feeds_drafts
             self.pool.grow(row.blocks, row.seq_len + MAX_LOOKAHEAD)
             self._waiting.popleft()
             self._running.append(row)
@@ -489,7 +490,8 @@ class Engine:
         (``catch_up``), one chunk of catch-up for every draft that lags (a row left
         lagging would run a target pass of its own beside every speculative step). The
         draft is not prefilled eagerly: while speculation does not pay (K = 0 under
-        load), a prompt costs the target alone."""
+        load), a prompt costs the target alone, unless the policy wanted the drafts of
+        rows admitted then fed all the same (``LookaheadPolicy.feeds_drafts``)."""
         budget = self._prefill_budget()
         for name, modes in (("target", ("speculative", "target_only")), ("draft", ("draft_only",))):
             rows = [r for r in self._running if r.mode in modes and not r.prefilled()]
@@ -498,8 +500,8 @@ class Engine:
         for row in self._running:
             if row.mode == "speculative":
                 self.prefixes.skip_written(row, "draft")
-        if catch_up:
-            self._catch_up([r for r in self._running if r.mode == "speculative" and r.prefilled()])
+        drafts = [r for r in self._running if r.mode == "speculative" and r.prefilled()]
+        self._catch_up(drafts if catch_up else [r for r in drafts if r.draft_wanted])
         for row in self._running:
             self.prefixes.record(row)
 
@@ -514,6 +516,8 @@ class Engine:
         self.runner.clock.drain()  # a timed window around it holds its device time, no more
         self.runner.prefill(rows, "draft", self._prefill_budget(), self._draft_writable_end)
         self.runner.clock.drain()
+        for row in rows:
+            row.draft_wanted = row.draft_wanted and _lags(row)
 
     def _draft_writable_end(self, row: Row, start: int, end: int) -> int:
         return self.prefixes.writable_end(row, "draft", start, end)

@@ -17,11 +17,16 @@
   lets the rows speculate, and forgotten once paid (a sunk cost says nothing of which
   K is best next). A row admitted while the policy speculates has its draft fed its
   prompt before any choice sees it: a standing cost of speculating, priced into each
-  K > 0 per token it commits from the batch's own rows (their drafts' prompts over the
-  tokens they ask for; the rows that replace them cost about as much). It is priced,
+  K > 0 per token it commits from the rows that joined lately (their drafts' prompts
+  over the tokens they ask for: :class:`DraftFeeds`). It is priced,
   not learnt from the steps: charged to the speculative steps after a burst of
   arrivals, it read as every K costing 1.5-2.1x its prediction for the first few steps
   (a90, 16 rows), and the policy decoded plain through the burst while the lags grew.
+  While it decodes plain only because the lagging drafts' catch-up would not repay
+  itself, and speculation would pay were they caught up, the drafts of rows admitted
+  then are fed their prompts all the same (``feeds_drafts``): in a steady stream every
+  row would otherwise join lagging by its whole prompt, older rows by all they have
+  decoded too, and the catch-up that switching on costs would never shrink.
   A choice is held for a few steps of the same rows without pricing the Ks again:
   pricing nine Ks costs a few per cent of a step at one row, while what the choice
   rests on moves little in a few steps (a plain step moves no acceptance at all; a
@@ -43,6 +48,7 @@ should use the step's K (per-row K only pays when the pass cost follows per-row 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -73,6 +79,9 @@ HOLD_EVIDENCE_STEPS = 4.0
 # 280-440 speculative steps of a batch size, a fraction of a per cent of them.
 PLAIN_REFRESH_STEPS = 0.5
 SPECULATIVE_STEPS_BEFORE_REFRESH = 50.0
+# Feeding newcomers' drafts is priced over the rows that joined lately: each newcomer
+# weighs FEED_DISCOUNT of the one after it (about the last thirty rows).
+FEED_DISCOUNT = 0.97
 
 
 def next_lookahead(current: int, acceptance: float) -> int:
@@ -155,6 +164,10 @@ class LookaheadPolicy(Protocol):
     name: str
     k: int  # the K of the last choice
 
+    @property
+    def feeds_drafts(self) -> bool:
+        """Whether the drafts of rows admitted now are fed their prompts, K = 0 or not."""
+
     def choose(self, batch: BatchShape) -> int: ...
 
     def record(self, step: StepOutcome) -> None: ...
@@ -167,6 +180,10 @@ class FixedLookahead:
         if not 0 <= k <= MAX_LOOKAHEAD:
             raise ValueError(f"lookahead must be within [0, {MAX_LOOKAHEAD}], got {k}")
         self.k = k
+
+    @property
+    def feeds_drafts(self) -> bool:
+        return self.k > 0
 
     def choose(self, batch: BatchShape) -> int:
         return self.k
@@ -186,6 +203,10 @@ class RuleLookahead:
         self.k = initial
         self._window: deque[tuple[int, int]] = deque(maxlen=window)
 
+    @property
+    def feeds_drafts(self) -> bool:
+        return self.k > 0
+
     def choose(self, batch: BatchShape) -> int:
         return self.k
 
@@ -197,6 +218,37 @@ class RuleLookahead:
         total_drafted = sum(d for d, _ in self._window)
         total_accepted = sum(a for _, a in self._window)
         self.k = next_lookahead(self.k, total_accepted / total_drafted)
+
+
+class DraftFeeds:
+    """What feeding newcomers' drafts their prompts costs per token they ask for, over
+    the rows that joined lately (each row once, when a batch first holds it). It is the
+    workload's, read whatever K runs, so a spell of plain decoding leaves it current; and
+    steadier than one batch's own rows, which at the start of a burst of short answers
+    to long prompts read 0.4 ms a token where the stream's rows cost 0.05 (a90, 14 rows).
+    ``price(fed)`` is the seconds of one draft prefill of ``fed`` tokens."""
+
+    def __init__(self, price: Callable[[int], float]) -> None:
+        self._price = price
+        self._seconds = 0.0
+        self._requested = 0.0
+        self._seen: set[int] = set()  # the rows of the last batch observed
+
+    @property
+    def seconds_per_token(self) -> float:
+        return self._seconds / self._requested if self._requested > 0 else 0.0
+
+    def observe(self, batch: BatchShape) -> None:
+        """Take in the rows of ``batch`` not in the last batch observed (every row, where
+        the batch names none)."""
+        if not batch.feeds:
+            return
+        ids = batch.rows or [None] * len(batch.feeds)
+        for row, fed, requested in zip(ids, batch.feeds, batch.requested, strict=True):
+            if row is None or row not in self._seen:
+                self._seconds = FEED_DISCOUNT * self._seconds + (self._price(fed) if fed > 0 else 0.0)
+                self._requested = FEED_DISCOUNT * self._requested + requested
+        self._seen = set(batch.rows)
 
 
 class GoodputLookahead:
@@ -229,7 +281,9 @@ class GoodputLookahead:
         self.verify_columns = verify_columns
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
+        self.feeds = DraftFeeds(lambda fed: self.draft_costs.predict(fed, fed, fed * fed))
         self.k = 0
+        self.feeds_drafts = False
         self._held = 0  # steps left of the held choice
         self._held_rows: tuple[int, ...] = ()  # the rows it was made for
 
@@ -298,23 +352,14 @@ class GoodputLookahead:
         fed = sum(lags)
         return self.draft_costs.predict(fed, len(lags) * batch.span, fed * batch.span)
 
-    def feed_seconds_per_token(self, batch: BatchShape) -> float:
-        """What speculating costs per token committed in feeding newcomers' prompts to
-        their drafts (plain decoding feeds none): the batch's drafts' prefills, priced by
-        the fitted draft cost model as the engine runs them (one row, its prompt at
-        once), over the tokens its rows ask for."""
-        requested = sum(batch.requested)
-        if not requested:
-            return 0.0
-        seconds = sum(self.draft_costs.predict(fed, fed, fed * fed) for fed in batch.feeds if fed > 0)
-        return seconds / requested
-
     def corrected(self, batch: BatchShape, lookaheads: Sequence[int]) -> list[tuple[float, float]]:
         """(committed tokens, seconds) of one step with each K of ``lookaheads``: the
         cost model's prediction corrected by what that K delivered at this batch size,
-        and for K > 0 the newcomers' draft prefills its tokens stand for."""
+        and for K > 0 the newcomers' draft prefills its tokens stand for (:class:`DraftFeeds`,
+        priced by the fitted draft cost model as the engine runs them: one row, its prompt
+        at once)."""
         corrections = self.realised.corrections(len(batch.alphas), lookaheads)
-        feed = self.feed_seconds_per_token(batch)
+        feed = self.feeds.seconds_per_token
         found = []
         for k, (tokens, seconds), (token_factor, time_factor) in zip(
             lookaheads, (self.predict(batch, k) for k in lookaheads), corrections, strict=True
@@ -335,6 +380,7 @@ class GoodputLookahead:
         if self._held and batch.rows and tuple(batch.rows) == self._held_rows:
             self._held -= 1
             return self.k
+        self.feeds.observe(batch)
         steps = self.corrected(batch, range(MAX_LOOKAHEAD + 1))
         rates = [t / s if s > 0 else float("inf") for t, s in steps]
         plain_seconds = steps[0][1]
@@ -354,7 +400,17 @@ class GoodputLookahead:
         )
         self._held, self._held_rows = (HOLD_STEPS, tuple(batch.rows)) if settled else (0, ())
         self.k = best_k
+        self.feeds_drafts = best_k > 0 or (any(batch.lags) and self.pays_caught_up(batch, rates[0]))
         return best_k
+
+    def pays_caught_up(self, batch: BatchShape, plain_rate: float) -> bool:
+        """Whether some K > 0 would beat plain decoding's corrected goodput (by
+        GOODPUT_MARGIN) were every draft of ``batch`` caught up, feeding newcomers' drafts
+        included: what a row admitted now, its draft fed its prompt, will gain once the
+        lagging rows have left."""
+        caught_up = dataclasses.replace(batch, lags=())
+        steps = self.corrected(caught_up, range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1))
+        return max(t / s if s > 0 else float("inf") for t, s in steps) > plain_rate * GOODPUT_MARGIN
 
     def _plain_is_stale(self, rows: int) -> bool:
         """Whether plain decoding's price at this batch size rests on evidence too old

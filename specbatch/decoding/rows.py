@@ -86,6 +86,9 @@ class Row:
     # tokens its draft had to be fed when it was last admitted (its prompt, less what the
     # prefix cache held): what the row cost its draft if admitted while speculating
     draft_feed: int = 0
+    # admitted while the policy decoded plain yet wanted newcomers' drafts fed: the draft
+    # is fed the prompt all the same, until it first catches up
+    draft_wanted: bool = False
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 

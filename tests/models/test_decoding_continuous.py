@@ -65,10 +65,12 @@ class _RandomK:
     def __init__(self, seed: int) -> None:
         self._random = random.Random(seed)
         self.k = 4
+        self.feeds_drafts = True
         self.chosen: list[int] = []
 
     def choose(self, batch: BatchShape) -> int:
         self.k = self._random.randint(0, 8)
+        self.feeds_drafts = self._random.random() < 0.5  # new rows' drafts fed while plain, or not
         self.chosen.append(self.k)
         return self.k
 
@@ -315,12 +317,14 @@ def test_a_row_whose_output_cannot_be_settled_still_gets_one_result(monkeypatch,
 
 class _SwitchOn:
     """A lookahead policy that decodes plainly for ``plain`` steps, then speculates with
-    K = 4; it keeps every outcome it is told of beside the batch it chose for."""
+    K = 4; it keeps every outcome it is told of beside the batch it chose for. With
+    ``feeds``, rows admitted while it decodes plainly have their drafts fed."""
 
     name = "switch_on"
 
-    def __init__(self, plain: int) -> None:
+    def __init__(self, plain: int, feeds: bool = False) -> None:
         self.plain = plain
+        self.feeds_drafts = feeds
         self.k = 0
         self.offered: list[BatchShape] = []
         self.outcomes: list[tuple[BatchShape, StepOutcome]] = []
@@ -334,12 +338,12 @@ class _SwitchOn:
         self.outcomes.append((self.offered[-1], step))
 
 
-def _switch_on_after_plain_steps(pair, reference, prefill_chunk: int) -> _SwitchOn:
+def _switch_on_after_plain_steps(pair, reference, prefill_chunk: int, feeds: bool = False) -> _SwitchOn:
     """Four rows decoded plainly for six steps, then with K = 4, checked exact against the
     target's greedy output; the policy, with what it was offered and told."""
     rows = prompts(4, pair.vocab_size, seed=5, min_len=12, max_len=16)
     engine = Engine(pair, prefill_chunk=prefill_chunk)
-    policy = _SwitchOn(plain=6)
+    policy = _SwitchOn(plain=6, feeds=feeds)
     engine.lookahead = policy
     results = engine.generate([GenerationRequest(p, max_new_tokens=NEW_TOKENS) for p in rows])
     for result, prompt in zip(results, rows, strict=True):
@@ -377,6 +381,27 @@ def test_the_choice_that_switches_speculation_on_runs_its_step_at_once(pair, ref
     assert switched.plain_beside == 0
     assert len(switched.batch.alphas) == 4
     assert switched.drafted == 16
+
+
+def test_drafts_are_fed_while_plain_only_when_the_policy_wants_them(pair, reference) -> None:
+    # A policy decoding plainly because the lagging drafts' catch-up would not repay
+    # itself can still want the drafts of rows admitted now fed their prompts, so that
+    # speculation can start once the lagging rows have left. Those rows then lag only by
+    # the tokens committed plainly; a plain policy that does not want them (K = 0) feeds
+    # no draft at all. Output stays exact either way.
+    fed_before = pair.draft.tokens_fed
+    rows = prompts(4, pair.vocab_size, seed=5, min_len=12, max_len=16)
+    results = Engine(pair, lookahead=0).generate([GenerationRequest(p, max_new_tokens=8) for p in rows])
+    assert pair.draft.tokens_fed == fed_before, "no draft fed while nothing wants it"
+    for prompt, result in zip(rows, results, strict=True):
+        assert result.tokens == reference(tuple(prompt), 8)
+    policy = _switch_on_after_plain_steps(pair, reference, prefill_chunk=128, feeds=True)
+    first, _ = policy.outcomes[0]
+    assert not any(first.lags), "the drafts were fed the prompts before the first plain step"
+    offered, switched = policy.outcomes[6]
+    # the prompts are 12-16 tokens: a draft not fed would lag by its prompt and more
+    assert all(0 < lag <= 7 for lag in offered.lags), "a draft lags by the tokens committed plainly only"
+    assert switched.lookahead == 4 and len(switched.batch.alphas) == 4
 
 
 def test_the_choice_sees_what_each_rows_draft_was_fed_and_the_tokens_it_asks_for(pair, reference) -> None:
@@ -471,6 +496,7 @@ class _Recorded:
 
     def __init__(self) -> None:
         self.k = 2
+        self.feeds_drafts = True
         self.outcomes: list[StepOutcome] = []
 
     def choose(self, batch: BatchShape) -> int:

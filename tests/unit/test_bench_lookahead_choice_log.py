@@ -88,7 +88,7 @@ def test_each_choice_is_logged_with_every_ks_corrected_prediction():
         "lagging": 1,
         "lag_tokens": 30,
         "catch_up_s": policy.catch_up_seconds(lagging),
-        "feed_s_per_token": policy.feed_seconds_per_token(lagging),
+        "feed_s_per_token": policy.feeds.seconds_per_token,
         "corrected": [list(step) for step in policy.corrected(lagging, range(9))],
         "at": 2.0,
     }

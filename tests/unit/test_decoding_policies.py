@@ -19,9 +19,11 @@ import pytest
 from specbatch.decoding.buckets import Shapes
 from specbatch.decoding.costs import REFIT_EVERY, WINDOW_PER_WIDTH, PassCosts
 from specbatch.decoding.lookahead import (
+    FEED_DISCOUNT,
     HOLD_EVIDENCE_STEPS,
     HOLD_STEPS,
     BatchShape,
+    DraftFeeds,
     FixedLookahead,
     GoodputLookahead,
     RuleLookahead,
@@ -562,22 +564,65 @@ def test_goodput_prices_catching_a_draft_up_by_the_tokens_left_to_repay_it() -> 
     assert policy.switch_seconds(one, 0) == 0.0
 
 
+def test_goodput_wants_new_drafts_fed_while_only_the_catch_up_keeps_it_plain() -> None:
+    # memory-bound target, cheap draft: at α = 0.9 speculation pays once drafts are fed
+    costs = _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    paying = GoodputLookahead(costs)
+    # rows with 3 tokens left cannot repay drafts lagging 300 tokens: plain decoding,
+    # yet a row admitted now, its draft fed its prompt, will speculate and gain
+    ending = BatchShape(alphas=[0.9] * 4, remaining=[3] * 4, span=300, lags=[300] * 4)
+    assert paying.choose(ending) == 0 and paying.feeds_drafts
+    assert paying.choose(BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300)) > 0
+    assert paying.feeds_drafts, "speculating feeds every draft"
+    # unless feeding a newcomer's draft costs more than speculating saves it
+    costly = GoodputLookahead(costs)
+    assert costly.choose(dataclasses.replace(ending, feeds=[2000] * 4, requested=[24] * 4)) == 0
+    assert not costly.feeds_drafts
+    # compute-bound target, a draft as dear as the target: speculation loses even with
+    # every draft caught up, so no draft is fed while decoding plain
+    losing = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-3, fixed=0.01))
+    )
+    assert losing.choose(ending) == 0 and not losing.feeds_drafts
+    assert losing.choose(BatchShape(alphas=[0.5] * 4, remaining=[200] * 4, span=300)) == 0
+    assert not losing.feeds_drafts
+
+
 def test_goodput_prices_feeding_newcomers_drafts_per_token_they_ask_for() -> None:
     # memory-bound target, cheap draft: speculating at α = 0.9 pays where rows join free
     draft = _costs(per_token=1e-4, fixed=0.001)
-    policy = GoodputLookahead(_policy_costs(_costs(per_token=1e-5, fixed=0.01), draft))
+    costs = _policy_costs(_costs(per_token=1e-5, fixed=0.01), draft)
     free = BatchShape(alphas=[0.9] * 4, remaining=[20] * 4, span=300)
-    assert policy.choose(free) >= 4
+    assert GoodputLookahead(costs).choose(free) >= 4
     # while it speculates, every row that joins has its draft fed its prompt: 2,000-token
     # prompts asking 24 tokens cost more than speculation saves them; asking 2,000 they
     # do not
+    policy = GoodputLookahead(costs)
     costly = dataclasses.replace(free, feeds=[2000] * 4, requested=[24] * 4)
-    assert policy.feed_seconds_per_token(costly) == pytest.approx(draft.predict(2000, 2000, 2000**2) / 24)
     assert policy.choose(costly) == 0
-    long_answers = dataclasses.replace(costly, requested=[2000] * 4)
-    assert policy.choose(long_answers) >= 4
+    assert policy.feeds.seconds_per_token == pytest.approx(draft.predict(2000, 2000, 2000**2) / 24)
+    assert GoodputLookahead(costs).choose(dataclasses.replace(costly, requested=[2000] * 4)) >= 4
     # plain decoding feeds no draft: its price is the same with or without the feeds
-    assert policy.corrected(costly, [0]) == policy.corrected(free, [0])
+    assert policy.corrected(costly, [0]) == GoodputLookahead(costs).corrected(free, [0])
+
+
+def test_the_feeds_are_priced_over_the_rows_that_joined_lately_each_once() -> None:
+    # A batch of short answers to long prompts at the start of a burst does not set the
+    # price alone: the rows before it count too, each row once however many batches
+    # hold it, the later ones most.
+    price = {100: 0.01, 1000: 0.1}
+    feeds = DraftFeeds(price.__getitem__)
+    stream = BatchShape([0.9] * 3, [50] * 3, span=300, rows=[1, 2, 3], feeds=[100] * 3, requested=[50] * 3)
+    feeds.observe(stream)
+    feeds.observe(stream)  # the same rows again: nothing new
+    assert feeds.seconds_per_token == pytest.approx(0.01 / 50)
+    burst = dataclasses.replace(stream, rows=[3, 4, 5], feeds=[100, 1000, 1000], requested=[50, 8, 8])
+    feeds.observe(burst)  # rows 4 and 5 join
+    weights = [FEED_DISCOUNT**4, FEED_DISCOUNT**3, FEED_DISCOUNT**2, FEED_DISCOUNT, 1.0]
+    seconds = sum(w * s for w, s in zip(weights, [0.01, 0.01, 0.01, 0.1, 0.1], strict=True))
+    asked = sum(w * r for w, r in zip(weights, [50, 50, 50, 8, 8], strict=True))
+    assert feeds.seconds_per_token == pytest.approx(seconds / asked)
+    assert 0.01 / 50 < feeds.seconds_per_token < 0.1 / 8
 
 
 def test_a_burst_of_newcomers_drafts_does_not_read_as_speculation_costing_more() -> None:
@@ -591,13 +636,15 @@ def test_a_burst_of_newcomers_drafts_does_not_read_as_speculation_costing_more()
     )
     rows = 16
     burst = BatchShape([0.9] * rows, [100] * rows, span=200, feeds=[200] * rows, requested=[100] * rows)
+    policy.feeds.observe(burst)
     for _ in range(20):
         tokens, seconds = policy.predict(burst, 4)
         policy.record(StepOutcome(4, burst, 4 * rows, round(tokens) - rows, round(tokens), seconds))
     [(_, time_factor)] = policy.realised.corrections(rows, [4])
     assert time_factor == pytest.approx(1.0, rel=1e-6)
     [(tokens, seconds)] = policy.corrected(burst, [4])
-    feeds = policy.feed_seconds_per_token(burst) * tokens
+    feeds = policy.feeds.seconds_per_token * tokens
+    assert feeds > 0
     assert seconds == pytest.approx(policy.predict(burst, 4)[1] + feeds)
 
 
