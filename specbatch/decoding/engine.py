@@ -509,7 +509,7 @@ class Engine:
         """Feed the lagging drafts among ``rows`` what they missed (one prefill chunk). A
         row admitted while speculating is fed here before any choice sees it; what that
         costs per row, a standing cost of speculating, the policy prices from the rows'
-        feeds (:meth:`GoodputLookahead.feed_seconds_per_token`)."""
+        feeds (:class:`specbatch.decoding.lookahead.DraftFeeds`)."""
         rows = [r for r in rows if _lags(r)]
         if not rows:
             return
