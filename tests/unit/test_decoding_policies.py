@@ -568,12 +568,19 @@ def test_goodput_wants_new_drafts_fed_while_only_the_catch_up_keeps_it_plain() -
     # memory-bound target, cheap draft: at α = 0.9 speculation pays once drafts are fed
     costs = _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
     paying = GoodputLookahead(costs)
-    # rows with 3 tokens left cannot repay drafts lagging 300 tokens: plain decoding,
-    # yet a row admitted now, its draft fed its prompt, will speculate and gain
+    # rows with 3 tokens left cannot repay drafts lagging 300 tokens: plain decoding
     ending = BatchShape(alphas=[0.9] * 4, remaining=[3] * 4, span=300, lags=[300] * 4)
+    assert paying.choose(ending) == 0
+    assert not paying.feeds_drafts, "a gain no step has shown feeds no draft"
+    caught_up = BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300)
+    k = paying.choose(caught_up)
+    assert k > 0 and paying.feeds_drafts, "speculating feeds every draft"
+    while paying.realised.steps(4, k) < HOLD_EVIDENCE_STEPS:  # K runs as predicted
+        tokens, seconds = paying.predict(caught_up, k)
+        paying.record(StepOutcome(k, caught_up, 4 * k, round(tokens) - 4, round(tokens), seconds))
+    # K has run at this batch size: a row admitted now, its draft fed its prompt, will
+    # speculate and gain
     assert paying.choose(ending) == 0 and paying.feeds_drafts
-    assert paying.choose(BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300)) > 0
-    assert paying.feeds_drafts, "speculating feeds every draft"
     # unless feeding a newcomer's draft costs more than speculating saves it
     costly = GoodputLookahead(costs)
     assert costly.choose(dataclasses.replace(ending, feeds=[2000] * 4, requested=[24] * 4)) == 0
