@@ -44,6 +44,8 @@ far apart two runs of the same work come out, the resolution every other ratio h
         --requests-per-client 4   # a head-to-head on whole workloads: the same tokens for all
     python scripts/bench_lookahead.py --pairs a70 --concurrency 1 4 --compare fixed_2 \
         goodput_passes_only --requests-per-client 4   # what pricing the iteration buys
+    python scripts/bench_lookahead.py --pairs a50 --concurrency 4 16 --compare fixed_1 \
+        goodput_choice_only --requests-per-client 4 --rounds 5   # what goodput's Ks buy
 
 Prints a markdown table and the targets, writes JSON rows and a PNG; ``--log-choices``
 also writes every step goodput was told of (its K, rows, predicted and realised tokens
@@ -93,11 +95,15 @@ PLAIN_CONTROL = "fixed_0"
 # goodput told only its passes' seconds, as before it priced the engine's iteration around
 # each step (6289305): run beside goodput with --compare, what pricing the iteration buys
 PASSES_ONLY = "goodput_passes_only"
-POLICIES = ("target_only", PLAIN_CONTROL, *FIXED, "adaptive_rule", "goodput", PASSES_ONLY)
+# goodput pricing every choice and told every step, but K = 0 run and no draft fed: run
+# beside goodput with --compare, what its bookkeeping costs apart from the Ks it picks
+CHOICE_ONLY = "goodput_choice_only"
+ABLATIONS = (PASSES_ONLY, CHOICE_ONLY)
+POLICIES = ("target_only", PLAIN_CONTROL, *FIXED, "adaptive_rule", "goodput", *ABLATIONS)
 # what goodput is judged against: every fixed K and the rule unless --compare names fewer
 COMPARED = (*FIXED, "adaptive_rule")
 # the policies whose choice depends on what they have seen
-LEARNING = ("adaptive_rule", "goodput", PASSES_ONLY)
+LEARNING = ("adaptive_rule", "goodput", *ABLATIONS)
 # name: (shapes, acceptance, time scale). The 12-layer pair's passes cost about three
 # times the tiny pair's on a 2-core CPU, so its slices last twice as long.
 PAIRS = {
@@ -118,7 +124,7 @@ MIN_REQUESTS = 16
 def _lookahead(policy: str) -> int | str:
     if policy == "target_only":
         return 0
-    if policy == PASSES_ONLY:
+    if policy in ABLATIONS:
         return "goodput"
     return int(policy.removeprefix("fixed_")) if policy in (PLAIN_CONTROL, *FIXED) else policy
 
@@ -132,11 +138,32 @@ class PassesOnlyEngine(Engine):
         super()._record_step(step, 0.0)
 
 
+class ChoiceOnlyLookahead:
+    """The ablation ``goodput_choice_only``: goodput chooses and is told of every step,
+    but every step runs K = 0 and no draft is fed while plain."""
+
+    name = "goodput"  # calibrated as goodput is
+    k = 0
+    feeds_drafts = False
+
+    def __init__(self, policy: GoodputLookahead) -> None:
+        self.policy = policy
+
+    def choose(self, batch: BatchShape) -> int:
+        self.policy.choose(batch)
+        return 0
+
+    def record(self, step: StepOutcome) -> None:
+        self.policy.record(step)
+
+
 def warmed_engine(pair: ModelPair, policy: str, jobs: list[Job]) -> Engine:
     """An engine that has calibrated (goodput) and run a few rows, so no timed window
     pays for set-up."""
     kind = PassesOnlyEngine if policy == PASSES_ONLY else Engine
     engine = kind(pair, lookahead=_lookahead(policy), max_rows=32)
+    if policy == CHOICE_ONLY:
+        engine.lookahead = ChoiceOnlyLookahead(engine.lookahead)
     mode = "target_only" if policy == "target_only" else "speculative"
     engine.generate([GenerationRequest(j.prompt, max_new_tokens=16) for j in jobs[:4]], mode=mode)
     return engine
@@ -582,6 +609,8 @@ def cell_summary(rows: list[dict], pair: str, concurrency: int) -> dict:
         ),
         "goodput_mean_k": mean_k,
         "goodput_vs_passes_only": ratio(PASSES_ONLY) if PASSES_ONLY in ran else None,
+        "goodput_vs_choice_only": ratio(CHOICE_ONLY) if CHOICE_ONLY in ran else None,
+        "choice_only_vs_control": ratio(PLAIN_CONTROL, of=CHOICE_ONLY) if CHOICE_ONLY in ran else None,
     }
 
 
@@ -648,6 +677,16 @@ def verdicts(cells: list[dict], compared: tuple[str, ...] = COMPARED) -> list[st
         out.append(
             f"goodput / {PASSES_ONLY} (what pricing the iteration buys), median per-round ratio: "
             + ", ".join(f"{c['pair']} c={c['concurrency']} {c['goodput_vs_passes_only']:.2f}x" for c in cells)
+        )
+    if all(c["goodput_vs_choice_only"] is not None for c in cells):
+        out.append(
+            f"goodput / {CHOICE_ONLY} (what its Ks buy) and {CHOICE_ONLY} / plain control (what its "
+            "bookkeeping costs), median per-round ratios: "
+            + ", ".join(
+                f"{c['pair']} c={c['concurrency']} {c['goodput_vs_choice_only']:.2f}x and "
+                f"{c['choice_only_vs_control']:.2f}x"
+                for c in cells
+            )
         )
     for pair, target in (("a90", 1.15), ("a90-12L", 1.4)):
         cell = next((c for c in cells if (c["pair"], c["concurrency"]) == (pair, 1)), None)
@@ -752,11 +791,11 @@ def main() -> None:
     parser.add_argument(
         "--compare",
         nargs="+",
-        choices=(*COMPARED, PASSES_ONLY),
+        choices=(*COMPARED, *ABLATIONS),
         default=COMPARED,
         help="the fixed Ks and rule goodput is judged against (default all): fewer engines per "
         "round leave time for longer windows and more rounds in a head-to-head on a few cells; "
-        f"{PASSES_ONLY} runs that ablation beside them (never counted as the best)",
+        f"{PASSES_ONLY} and {CHOICE_ONLY} run those ablations beside them (never counted as the best)",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (bfloat16 on a GPU)")
     parser.add_argument(
