@@ -575,24 +575,34 @@ def test_goodput_wants_new_drafts_fed_while_only_the_catch_up_keeps_it_plain() -
     caught_up = BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300)
     k = paying.choose(caught_up)
     assert k > 0 and paying.feeds_drafts, "speculating feeds every draft"
-    while paying.realised.steps(4, k) < HOLD_EVIDENCE_STEPS:  # K runs as predicted
-        tokens, seconds = paying.predict(caught_up, k)
-        paying.record(StepOutcome(k, caught_up, 4 * k, round(tokens) - 4, round(tokens), seconds))
+    _run_as_predicted(paying, caught_up, k)
     # K has run at this batch size: a row admitted now, its draft fed its prompt, will
     # speculate and gain
     assert paying.choose(ending) == 0 and paying.feeds_drafts
     # unless feeding a newcomer's draft costs more than speculating saves it
     costly = GoodputLookahead(costs)
+    _run_as_predicted(costly, caught_up, k)
     assert costly.choose(dataclasses.replace(ending, feeds=[2000] * 4, requested=[24] * 4)) == 0
     assert not costly.feeds_drafts
     # compute-bound target, a draft as dear as the target: speculation loses even with
-    # every draft caught up, so no draft is fed while decoding plain
+    # every draft caught up, so no draft is fed while decoding plain, however often K = 1
+    # has run
     losing = GoodputLookahead(
         _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-3, fixed=0.01))
     )
+    _run_as_predicted(losing, caught_up, 1)
     assert losing.choose(ending) == 0 and not losing.feeds_drafts
     assert losing.choose(BatchShape(alphas=[0.5] * 4, remaining=[200] * 4, span=300)) == 0
     assert not losing.feeds_drafts
+
+
+def _run_as_predicted(policy: GoodputLookahead, batch: BatchShape, k: int) -> None:
+    """Tell ``policy`` of steps of K = ``k`` on ``batch`` that delivered what it predicted,
+    until K's correction rests on HOLD_EVIDENCE_STEPS steps."""
+    rows = len(batch.alphas)
+    while policy.realised.steps(rows, k) < HOLD_EVIDENCE_STEPS:
+        tokens, seconds = policy.predict(batch, k)
+        policy.record(StepOutcome(k, batch, rows * k, round(tokens) - rows, round(tokens), seconds))
 
 
 def test_goodput_prices_feeding_newcomers_drafts_per_token_they_ask_for() -> None:
