@@ -149,7 +149,14 @@ def serve(
     if openai_port:
         check_ports_free(host, {"OpenAI": openai_port})
     process = TritonProcess(
-        ServerOptions(root=root, config_name=config_name, ports=ports, host=host, log_verbose=log_verbose)
+        ServerOptions(
+            root=root,
+            config_name=config_name,
+            ports=ports,
+            host=host,
+            log_verbose=log_verbose,
+            reserved_ports=(openai_port,) if openai_port else (),
+        )
     )
     front = OpenAIFrontProcess(process.options.triton_grpc_url, openai_port, host) if openai_port else None
     received: list[int] = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import socket
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +46,9 @@ def can_bind(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now, below the ephemeral range, not given out lately.
+def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
+    """A TCP port nothing listens on now, below the ephemeral range, not given out lately,
+    and none of ``avoid``: ports this deployment will bind later, which look free until then.
 
     Raises OSError when none of `CHOICES_BEFORE_GIVING_UP` random choices is free.
     """
@@ -55,7 +57,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         raise OSError(f"the ephemeral range starts at {floor}: no port below it to choose from")
     for _ in range(CHOICES_BEFORE_GIVING_UP):
         port = _chooser.randrange(LOWEST_FREE_PORT, floor)
-        if port not in _recently_given and can_bind(host, port):
+        if port not in _recently_given and port not in avoid and can_bind(host, port):
             _recently_given.append(port)
             return port
     raise OSError(f"no free port between {LOWEST_FREE_PORT} and {floor} on {host}")

@@ -37,6 +37,9 @@ from specbatch.server.supervisor import StubSupervisor
 logger = logging.getLogger(__name__)
 
 
+LOOPBACK_PORT_FIELDS = ("triton_http_port", "triton_grpc_port", "triton_metrics_port", "gateway_control_port")
+
+
 @dataclass
 class ServerOptions:
     """What varies between a production start and a test start.
@@ -56,15 +59,26 @@ class ServerOptions:
     env: dict[str, str] = field(default_factory=dict)
     only_model: str | None = None
     admin_key: str = field(default_factory=admin_key, repr=False)
-    triton_http_port: int = field(default_factory=free_port)
-    triton_grpc_port: int = field(default_factory=free_port)
-    triton_metrics_port: int = field(default_factory=free_port)
+    # Triton's loopback listeners and the gateway's control port: 0 is a free port chosen
+    # apart from `ports` and `reserved_ports`, which nothing binds until after tritonserver.
+    triton_http_port: int = 0
+    triton_grpc_port: int = 0
+    triton_metrics_port: int = 0
     max_body_bytes: int | None = None
     gateway_supervises: bool = False  # as in a pod: the gateway, not the launcher, brings stubs back
     # As in a KServe pod: `specbatch watch` runs tritonserver and brings its stubs back, and
     # tells the gateway of a dead scheduler on the gateway's loopback control port.
     watched_in_container: bool = False
-    gateway_control_port: int = field(default_factory=free_port)
+    gateway_control_port: int = 0
+    reserved_ports: tuple[int, ...] = ()  # bound by something else of this deployment (the OpenAI front)
+
+    def __post_init__(self) -> None:
+        """Choose each loopback port left at 0, none equal to a public, reserved or other chosen one."""
+        taken = {*self.ports.named().values(), *self.reserved_ports}
+        for name in LOOPBACK_PORT_FIELDS:
+            if getattr(self, name) == 0:
+                setattr(self, name, free_port(avoid=taken))
+            taken.add(getattr(self, name))
 
     def arguments(self) -> list[str]:
         """Both repositories and every model, or with `only_model` that one model alone."""
