@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specbatch.decoding.host_memory import keep_freed_memory
 from specbatch.decoding.models import Qwen3Forward
 
 logger = logging.getLogger(__name__)
@@ -93,8 +94,10 @@ def load_model_pair(
     Refuses a pair whose tokenizers map text to different ids; when the lm_head sizes
     differ or exceed the tokenizer (padding rows), decoding uses the ids all three share.
     A checkpoint with tied embeddings (Qwen3-0.6B has no lm_head tensor) and sharded
-    safetensors (an index file beside the shards) load the same way.
+    safetensors (an index file beside the shards) load the same way. Malloc is set up
+    first (host_memory), before the tokenizers' threads take arenas of their own.
     """
+    keep_freed_memory()
     torch_device = torch.device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     logger.info("loading target %s on %s as %s", target, torch_device, torch_dtype)
