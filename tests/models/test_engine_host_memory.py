@@ -2,8 +2,8 @@
 before pages in a small fraction of what it pages in with glibc's default malloc
 thresholds, where every pass maps or trims its buffers and faults them in again. Each
 setting runs in its own interpreter (the thresholds are process-wide) and reports the
-fewest pages of three repeats: a repeat whose new loop thread lands on an arena other
-threads used pages that arena in once (host_memory), which says nothing of the passes."""
+fewest pages of three repeats: a repeat whose new loop thread lands on an arena it has
+not used before pages that arena in once (host_memory), which says nothing of the passes."""
 
 from __future__ import annotations
 
