@@ -17,10 +17,10 @@ Raising one threshold without the other is worse: fixing the trim threshold also
 the mmap threshold adapting, so every block above 128 KiB is mmap'd (27 s a run in a
 scratch run of the same engine).
 
-The memory is kept per malloc arena, so new threads share the arenas already made. An
+The memory is kept per malloc arena, so the process keeps one arena for every thread. An
 engine's loop thread ends when the engine is idle and the next submission starts a new
-one; glibc gives it a free arena, often not its predecessor's (still exiting, or another
-thread's), whose pages are faulted in again and then kept beside the others. Decoding
+one; by default glibc gives it a free arena, often not its predecessor's (still exiting,
+or another thread's), whose pages are faulted in again and then kept beside the others. Decoding
 the same 32-row batch again on the 2-core VM with both cores busy elsewhere (three
 repeats a run) paged in 6-10,342 pages with glibc's arenas (three runs), 5-1,039 with
 one arena set as the models load (four runs), 5-15 with MALLOC_ARENA_MAX=1 from the
