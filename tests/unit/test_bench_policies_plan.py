@@ -9,6 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
+import argparse
+import math
+
 from bench_policies import (
     ServedWorkload,
     Setup,
@@ -18,6 +21,8 @@ from bench_policies import (
     chosen_setups,
     plan,
     reference_first,
+    saturated,
+    summarise,
     targets,
     targets_table,
 )
@@ -139,3 +144,53 @@ def test_each_class_of_max_tokens_counts_its_offered_refused_and_met_requests():
         "33-192 tokens": {"offered": 2, "refused": 0, "met": 1},
         "> 192 tokens": {"offered": 1, "refused": 0, "met": 0},
     }
+
+
+def test_a_goodput_target_reports_the_most_its_cell_allows_and_is_still_judged_on_the_measure():
+    """At a load where the peer met nearly every SLA, the ratio cannot reach the target:
+    the table says so beside the miss, and the miss stands."""
+    arrivals = [TimedRequest(0.25 * (i + 1), "p", 16) for i in range(40)]  # last arrival at 10 s
+    args = argparse.Namespace(sla_ttft_s=2.0, sla_base_s=0.5, sla_per_token_s=0.01)
+
+    def served(late: set[int]) -> list[dict]:
+        return [
+            {
+                "id": i,
+                "ttft_s": 0.1,
+                "e2e_s": 1.0 if i in late else 0.5,
+                "done_s": a.at_s + 0.5,
+                "input_tokens": 10,
+                "output_tokens": 16,
+                "instance": "qwen3_specdec_0",
+            }
+            for i, a in enumerate(arrivals)
+        ]
+
+    mine = summarise(A, 4.0, arrivals, served(late=set()), args)
+    theirs = summarise(B, 4.0, arrivals, served(late={0, 1}), args)
+    assert mine["goodput_ceiling_rps"] == 40 / 10.0
+    assert mine["goodput_rps"] <= mine["goodput_ceiling_rps"], (
+        "every request met: the span passes the last arrival"
+    )
+    for row in (mine, theirs):
+        row.update(load=1.2, round=0)
+    [target] = targets([{"name": "infobench", "reference": "fcfs", "rows": [mine, theirs]}])
+    assert math.isclose(target["ceiling"], 4.0 / theirs["goodput_rps"])
+    assert target["ceiling"] < target["need"] and not target["met"]
+    assert "short by" in targets_table([target]) and f"| {target['ceiling']:.2f} |" in targets_table([target])
+    written_before = {k: v for k, v in mine.items() if k != "goodput_ceiling_rps"}
+    [old] = targets([{"name": "infobench", "reference": "fcfs", "rows": [written_before, theirs]}])
+    assert math.isnan(old["ceiling"]) and targets_table([old]).endswith("| — |")
+
+
+def test_a_capacity_probe_is_saturated_by_many_refusals_or_a_backlog_not_by_a_burst_refused():
+    arrivals = [TimedRequest(0.1 * (i + 1), "p", 16) for i in range(100)]  # the probe's last at 10 s
+    args = argparse.Namespace(capacity_probe_s=10.0, sla_base_s=0.5, sla_per_token_s=0.01)
+
+    def probe(errors: int, span_s: float = 10.5) -> dict:
+        return {"offered": 100, "errors": errors, "span_s": span_s}
+
+    assert not saturated(probe(errors=3), arrivals, args), "3 of 100 refused: a burst, it keeps up"
+    assert saturated(probe(errors=6), arrivals, args)
+    assert saturated(probe(errors=0, span_s=16.0), arrivals, args), "6 s to drain: past half the probe"
+    assert not saturated(probe(errors=0, span_s=14.9), arrivals, args)
