@@ -3,8 +3,9 @@
 Algorithm 2 (b_SLA) shrinks an instance's batch until its measured seconds per token
 meet the SLA's per-token allowance. On a machine where even one row alone runs slower
 than that allowance, the search ends at one row per instance and throughput collapses
-without saving a row; `b_sla_pace: slack` (the default) holds each instance to what
-its running rows can afford of their finish budgets instead. This script shows
+without saving a row; the default `b_sla_pace: allowance_in_reach` holds each instance
+there to what its running rows can afford of their finish budgets instead (the
+"fixed allowance" set-up, `b_sla_pace: allowance`, does not). This script shows
 the regime where that matters, and what `keep_promises` (refusing a request that would
 push a queued prompt past the SLA it can still make) buys at each speed, on the step
 simulator of bench_predict: the same arrivals,
