@@ -4,13 +4,12 @@ what a cell's row counts."""
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import argparse
-import math
 
 from bench_policies import (
     ServedWorkload,
