@@ -153,7 +153,10 @@ SWEEP_DELAY_MS = (5, 20, 50)
 SHIPPED = (8, 20)  # configs/cpu_triton_batching.pbtxt
 PROMPT_HEAVY_LOAD = 2.0  # the prompt-heavy overload: mixed profile at this multiple of (a)'s capacity
 REFUSED_AT_ONCE_S = 0.5  # a refusal later than this is not "at once"
-REFUSED_KEEPING_UP = 0.05  # a capacity probe refusing more than this share of its requests is saturated
+REFUSED_KEEPING_UP = 0.05  # a capacity probe refusing at most this share of its requests keeps up
+# a probe refusing more is saturated unless it completed this many times what the probe at
+# half its rate did: completions still rising with the offered rate are not a plateau
+PLATEAU_GAIN = 1.25
 OVERLOAD_SEED_OFFSET = 3  # the overload's arrivals: seed + 3 (probes + 1, (c)'s sweep + 2)
 ROUND_SEED_STRIDE = 100  # round r's arrivals: seed + 100 r, clear of those offsets
 QUICK = {"duration": 12.0, "sweep_duration": 8.0, "capacity_probe_s": 10.0, "drain": 90.0}
@@ -629,15 +632,16 @@ class Session:
         """Completed requests per second under sustained overload: a probe at ``rate``,
         doubled while the set-up keeps up (:func:`saturated`), at most --probe-doublings
         times; the best probe's throughput."""
-        args, best = self.args, None
+        args, best, previous = self.args, None, None
         for _ in range(args.probe_doublings + 1):
             arrivals = workload.build(rate, args.capacity_probe_s, args.seed + 1)
             row = self.run("capacity", rate, arrivals)
-            row["saturated"] = saturated(row, arrivals, args)
+            row["saturated"] = saturated(row, arrivals, args, previous)
             if best is None or row["throughput_rps"] > best["throughput_rps"]:
                 best = row
             if row["saturated"]:
                 break
+            previous = row
             rate *= 2
         return best | {"saturated": row["saturated"]}
 
@@ -645,16 +649,27 @@ class Session:
         self.process.stop()
 
 
-def saturated(row: dict, arrivals: list[TimedRequest], args: argparse.Namespace) -> bool:
-    """Whether a capacity probe ran past what the set-up can complete: it refused more than
-    REFUSED_KEEPING_UP of the requests, or its backlog took longer than half the probe (or
-    the longest SLA) to drain. A refusal or two is not saturation: a Poisson burst meets a
-    queue sized for the SLA. Taken as saturation, it put (a)'s capacity on `mixed` at
-    9.50 req/s (3 of 98 refused at 10 req/s) where at 19 req/s it completed 207 of 214
-    (bcec001), and "2x its capacity" was not an overload."""
+def saturated(
+    row: dict, arrivals: list[TimedRequest], args: argparse.Namespace, previous: dict | None = None
+) -> bool:
+    """Whether a capacity probe ran past what the set-up can complete: its backlog took
+    longer than half the probe (or the longest SLA) to drain, or it refused more than
+    REFUSED_KEEPING_UP of the requests and completed less than PLATEAU_GAIN times what
+    the probe before it (``previous``, at half the rate) did. A refusal or two is not
+    saturation: a Poisson burst meets a queue sized for the SLA. Nor is a steady share of
+    refusals while completions still rise with the offered rate: (a) refuses requests
+    its admission predicts would start too late at any load, and on `mixed` it refused
+    5 of 98 at 10 req/s, 25 of 211 at 20 and 20 of 409 at 34 while completing 9.2, 17.1
+    and 31.2 req/s (6e573e3): refusals alone read its capacity as 9.2 req/s, and its
+    "2x capacity" overload was no overload. A first probe that refuses is judged by the
+    next, at twice its rate."""
     backlog_s = row["span_s"] - arrivals[-1].at_s
     keeps_up_s = max(0.5 * args.capacity_probe_s, max(e2e_sla_s(a, args) for a in arrivals))
-    return row["errors"] > REFUSED_KEEPING_UP * row["offered"] or backlog_s > keeps_up_s
+    if backlog_s > keeps_up_s:
+        return True
+    if row["errors"] <= REFUSED_KEEPING_UP * row["offered"]:
+        return False
+    return previous is not None and row["throughput_rps"] < PLATEAU_GAIN * previous["throughput_rps"]
 
 
 def sweep_triton(workload: ServedWorkload, args: argparse.Namespace, into: Path) -> tuple[list[dict], dict]:

@@ -182,14 +182,22 @@ def test_a_goodput_target_reports_the_most_its_cell_allows_and_is_still_judged_o
     assert math.isnan(old["ceiling"]) and targets_table([old]).endswith("| — |")
 
 
-def test_a_capacity_probe_is_saturated_by_many_refusals_or_a_backlog_not_by_a_burst_refused():
+def test_a_capacity_probe_is_saturated_by_a_backlog_or_refusals_where_completions_stop_rising():
     arrivals = [TimedRequest(0.1 * (i + 1), "p", 16) for i in range(100)]  # the probe's last at 10 s
     args = argparse.Namespace(capacity_probe_s=10.0, sla_base_s=0.5, sla_per_token_s=0.01)
 
-    def probe(errors: int, span_s: float = 10.5) -> dict:
-        return {"offered": 100, "errors": errors, "span_s": span_s}
+    def probe(errors: int, span_s: float = 10.5, throughput_rps: float = 9.0) -> dict:
+        return {"offered": 100, "errors": errors, "span_s": span_s, "throughput_rps": throughput_rps}
 
     assert not saturated(probe(errors=3), arrivals, args), "3 of 100 refused: a burst, it keeps up"
-    assert saturated(probe(errors=6), arrivals, args)
+    assert not saturated(probe(errors=6), arrivals, args), "a first probe that refuses: the next decides"
+    at_half_rate = probe(errors=6, throughput_rps=9.0)
+    assert not saturated(probe(errors=12, throughput_rps=17.0), arrivals, args, at_half_rate), (
+        "refusing 12 % at twice the rate, it completed 1.9x as many: still rising"
+    )
+    assert saturated(probe(errors=40, throughput_rps=11.0), arrivals, args, at_half_rate)
+    assert not saturated(probe(errors=0, throughput_rps=9.5), arrivals, args, at_half_rate), (
+        "refusing none, a flat probe keeps up (a backlog would show saturation)"
+    )
     assert saturated(probe(errors=0, span_s=16.0), arrivals, args), "6 s to drain: past half the probe"
     assert not saturated(probe(errors=0, span_s=14.9), arrivals, args)
