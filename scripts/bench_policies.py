@@ -658,11 +658,11 @@ def saturated(
     the probe before it (``previous``, at half the rate) did. A refusal or two is not
     saturation: a Poisson burst meets a queue sized for the SLA. Nor is a steady share of
     refusals while completions still rise with the offered rate: (a) refuses requests
-    its admission predicts would start too late at any load, and on `mixed` it refused
-    5 of 98 at 10 req/s, 25 of 211 at 20 and 20 of 409 at 34 while completing 9.2, 17.1
-    and 31.2 req/s (6e573e3): refusals alone read its capacity as 9.2 req/s, and its
-    "2x capacity" overload was no overload. A first probe that refuses is judged by the
-    next, at twice its rate."""
+    its admission predicts would start too late at any load. On `mixed` (6e573e3) it
+    refused 4 of 98 at 10 req/s, 25 of 211 at 20 and 20 of 409 at 34 while completing
+    9.3, 17.1 and 31.2 req/s; in the next run 5 of 98 at 10 req/s put its capacity at
+    9.2 req/s, and its "2x capacity" overload was no overload. A first probe that refuses
+    is judged by the next, at twice its rate."""
     backlog_s = row["span_s"] - arrivals[-1].at_s
     keeps_up_s = max(0.5 * args.capacity_probe_s, max(e2e_sla_s(a, args) for a in arrivals))
     if backlog_s > keeps_up_s:
