@@ -137,6 +137,11 @@ ABLATIONS = (
         "(a) without starting prompts beside running rows",
         {"env": {"SPECBATCH_START_BESIDE": "off"}},
     ),
+    Setup(
+        "current_pace",
+        "(a) rows priced at each instance's pace now",
+        {"env": {"SPECBATCH_PACE_WINDOW_STEPS": "1", "SPECBATCH_BESIDE_SLOWDOWN": "off"}},
+    ),
     Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
     Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),
     Setup("one_bin", "(a) without bins (num_bins 1)", {"env": {"SPECBATCH_NUM_BINS": "1"}}),

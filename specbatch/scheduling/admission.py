@@ -106,6 +106,7 @@ from specbatch.scheduling.bins import BinBoundaries
 from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
 from specbatch.scheduling.errors import DuplicateRequestError, PolicyConfigError, UnknownWorkerError
 from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.pace_window import RecentPaces
 from specbatch.scheduling.placement import PLACEMENTS, LengthAffinity
 from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
@@ -168,6 +169,12 @@ class AdmissionConfig:
     # which instance starts a prompt: the least loaded, or (least slack only) its predicted
     # length's home instance unless that one cannot start it now
     placement: str = "least_loaded"
+    # rows are priced at the slowest seconds a token an instance reported over its last
+    # this many committing steps (1: the pace it reports now)
+    pace_window_steps: int = 64
+    # a start beside the rows is charged at the instance's slowdown now (its cycle over
+    # the mean step of its batch size), not at its counters' means alone
+    beside_slowdown: bool = True
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -176,8 +183,10 @@ class AdmissionConfig:
             raise PolicyConfigError(f"b_sla_pace must be one of {PACES}, got {self.b_sla_pace!r}")
         if self.placement not in PLACEMENTS:
             raise PolicyConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
-        if self.num_bins < 1 or self.queue_limit < 1 or self.max_rows < 1:
-            raise PolicyConfigError("num_bins, queue_limit and max_rows must be at least 1")
+        if min(self.num_bins, self.queue_limit, self.max_rows, self.pace_window_steps) < 1:
+            raise PolicyConfigError(
+                "num_bins, queue_limit, max_rows and pace_window_steps must be at least 1"
+            )
         for name in ("ttft_sla_s", "tpot_sla_s", "starvation_s", "prefill_tokens_per_s", "flush_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -255,7 +264,12 @@ class _AdmittedRow:
 class _Instance:
     load: InstanceLoad
     sla: SlaBatchController | None
+    paces: RecentPaces
     running: dict[Hashable, _AdmittedRow] = field(default_factory=dict)
+
+    def reported(self, load: InstanceLoad) -> None:
+        self.load = load
+        self.paces.record(load.batch_steps.committed_steps, load.seconds_per_token)
 
     @property
     def rows(self) -> int:
@@ -473,7 +487,9 @@ class AdmissionPolicy:
             b_max = min(self.config.max_rows, load.max_rows)
             pace = self.config.pace_s
             sla = SlaBatchController(pace, PACE_TOLERANCE * pace, 2, 1, 1, b_max, 8)
-        self._instances[name] = _Instance(load, sla)
+        instance = _Instance(load, sla, RecentPaces(self.config.pace_window_steps))
+        instance.reported(load)
+        self._instances[name] = instance
 
     def remove_instance(self, name: str) -> list[Hashable]:
         """Forget an instance; the keys of the rows it was running (the caller settles them)."""
@@ -484,7 +500,7 @@ class AdmissionPolicy:
     def report(self, name: str, load: InstanceLoad) -> None:
         """An instance's fresh measurements; steers its b_SLA when it is running rows."""
         instance = self._instance(name)
-        instance.load = load
+        instance.reported(load)
         if instance.sla is not None and load.running > 0 and load.seconds_per_token > 0:
             pace = self._pace_s(instance)
             instance.sla.retarget(pace, PACE_TOLERANCE * pace)
@@ -627,7 +643,7 @@ class AdmissionPolicy:
         cfg = self.config
         if not self._starts_beside or not instance.running:
             return []
-        tpot = max(self._tpot_estimate(), instance.load.seconds_per_token)
+        tpot = max(self._tpot_estimate(), instance.paces.slowest_s())
         rows = instance.running.values()
         keeps_late = not self._holds_allowance(instance)
         slack_s = min(self._row_slack(row, now_s, tpot, keeps_late) for row in rows)
@@ -637,6 +653,7 @@ class AdmissionPolicy:
         headroom = self._headroom(instance) - self._mix_need()
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
         token_s = self._beside_token_s(instance)
+        slowdown = self._slowdown(instance)
         picked: list[tuple[QueuedRequest, _BesideCharge]] = []
         for request in candidates:
             if len(picked) >= most:
@@ -645,7 +662,7 @@ class AdmissionPolicy:
                 steps_s = request.predicted_tokens * tpot
             else:
                 steps_s = max(request.predicted_tokens, 1.0) * token_s
-            charge = _BesideCharge(self._prefill_s(request), steps_s, steps_now)
+            charge = _BesideCharge(self._prefill_s(request) * slowdown, steps_s * slowdown, steps_now)
             cost_s = charge.prefill_s + charge.steps_s
             own_slack_s = self._slack(request, now_s, tpot)
             need = self._need(request)
@@ -668,6 +685,22 @@ class AdmissionPolicy:
         steps = instance.load.batch_steps
         row_step_s = steps.row_step_s(self._prefill_s_per_token())
         return None if row_step_s is None else row_step_s / steps.tokens_per_row_step
+
+    def _slowdown(self, instance: _Instance) -> float:
+        """How much slower than usual the instance runs a step now (at least 1): its cycle
+        at this moment (seconds a token times the tokens a row commits a step) over the
+        mean step its counters measured at its batch size since it started. What a start
+        beside its rows costs them comes from those counters' means; on a host slowed now
+        (both instances and the server's own work share its cores) the prefill and each
+        step it adds cost that much more, and a prompt charged at the means breaks the
+        rows' promise. 1 with ``beside_slowdown`` off or before that batch size ran."""
+        if not self.config.beside_slowdown:
+            return 1.0
+        totals = instance.load.batch_steps
+        mean_s = totals.mean_step_s(max(instance.load.running, 1))
+        if mean_s is None or mean_s <= 0:
+            return 1.0
+        return max(1.0, instance.load.seconds_per_token * totals.tokens_per_row_step / mean_s)
 
     @property
     def _length_affine(self) -> bool:
@@ -866,9 +899,10 @@ class AdmissionPolicy:
         return sum(measured) / len(measured) if measured else 1.0 / self.config.prefill_tokens_per_s
 
     def _tpot_estimate(self) -> float:
-        measured = [
-            i.load.seconds_per_token for i in self._instances.values() if i.load.seconds_per_token > 0
-        ]
+        """Seconds a token the fleet's rows are priced at: the mean over the instances
+        that measured one of the slowest pace each reported over its last
+        ``pace_window_steps`` committing steps (:class:`RecentPaces`)."""
+        measured = [i.paces.slowest_s() for i in self._instances.values() if i.load.seconds_per_token > 0]
         return sum(measured) / len(measured) if measured else self.config.tpot_sla_s
 
     def _ordered(self, now_s: float) -> list[QueuedRequest]:

@@ -65,6 +65,16 @@ class BatchStepTotals:
             return None
         return min(slope, mean_s / mean_rows)
 
+    def mean_step_s(self, rows: int) -> float | None:
+        """Mean seconds of a committing step over ``rows`` rows (the bucket it counts in),
+        since the engine started; None before a step of that size ran. Set against the
+        instance's cycle now, it says how much slower than usual the host runs a step of
+        that size at this moment."""
+        index = step_batch_bucket(rows)
+        if index >= len(self.steps) or self.steps[index] == 0:
+            return None
+        return self.seconds[index] / self.steps[index]
+
     @property
     def committed_steps(self) -> int:
         """Steps that committed tokens since the engine started, every batch size."""
