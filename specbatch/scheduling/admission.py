@@ -75,6 +75,14 @@ admission decisions, taken per instance whenever it reports its state:
   budget guards the slack it has left of the next end b_SLA's pace promises it, and
   one past all of them guards none; where it holds the instance to the allowance, a
   row that will end past its budget lets nothing start beside it.
+- **at what pace**: the rows' ends, the queue's predicted starts and the slack of a
+  start beside them are reckoned at the slowest seconds a token each instance reported
+  over its last ``pace_window_steps`` committing steps (:class:`RecentPaces`), not at
+  the pace it reports now: on a host whose instances share its cores, the pace swings
+  two- to threefold within seconds under a prompt-heavy load, and a promise made at a
+  quick moment breaks in the next slow spell. With ``beside_slowdown``, what a start
+  beside the rows costs them (from the instance's step counters, means since it started)
+  is multiplied by how much slower than those means the instance steps now.
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to

@@ -72,3 +72,14 @@ def test_a_rows_cost_is_never_more_than_a_row_steps_mean_share():
     counter.record(1, 1, 0, 0.001)
     counter.record(8, 8, 0, 0.030)
     assert counter.totals().row_step_s(0.0) == pytest.approx(0.031 / 9)
+
+
+def test_the_mean_step_of_a_batch_size_is_that_buckets_seconds_over_its_steps():
+    counter = BatchStepCounter()
+    for rows, seconds in ((1, 0.004), (1, 0.006), (3, 0.009), (4, 0.011)):
+        counter.record(rows, rows, 0, seconds)
+    totals = counter.totals()
+    assert totals.mean_step_s(1) == pytest.approx(0.005)
+    assert totals.mean_step_s(4) == pytest.approx(0.010), "3 and 4 rows count in one bucket"
+    assert totals.mean_step_s(8) is None, "no step of that size ran"
+    assert BatchStepTotals().mean_step_s(1) is None

@@ -253,6 +253,56 @@ def test_a_prompt_started_beside_is_charged_until_the_instances_measured_pace_sh
     assert started == {(0, 1.0): 8, (1, 0.02): 9, (1, 1.0): 10}
 
 
+def reported_after(steps: int, seconds_per_token: float) -> InstanceLoad:
+    """An instance's report once it committed ``steps`` steps, at ``seconds_per_token``."""
+    counter = BatchStepCounter()
+    for _ in range(steps):
+        counter.record(1, 1, 0, 0.01)
+    return InstanceLoad(
+        blocks_total=1000, blocks_free=1000, seconds_per_token=seconds_per_token, batch_steps=counter.totals()
+    )
+
+
+def test_rows_are_priced_at_the_slowest_pace_of_the_last_window_of_steps_not_the_pace_now():
+    def enqueue_short(window_steps: int) -> int:
+        admission = policy(max_rows=1, finish_base_s=0.5, tpot_sla_s=0.01, pace_window_steps=window_steps)
+        admission.report("a", reported_after(10, 0.02))  # a slow spell ...
+        admission.report("a", reported_after(11, 0.004))  # ... and a quick step after it
+        started(admission, "long", 0.0, predicted=100)
+        admission.enqueue(request("short", predicted=10))
+        return admission.queued
+
+    # at 4 ms a token "long" frees its slot at 0.405 s, and "short" (budget 0.6 s,
+    # service 0.045 s) starts in time; at the 20 ms of the step before, at 2.005 s, late
+    assert enqueue_short(window_steps=1) == 1
+    with pytest.raises(QueueFullError, match="start too late"):
+        enqueue_short(window_steps=2)
+
+
+def test_a_start_beside_is_charged_at_how_much_slower_than_its_means_the_instance_steps_now():
+    def started_beside(slowdown: bool) -> int:
+        admission = b_sla_held_to_three_rows_running_them(max_rows=32, queue_min=40, beside_slowdown=slowdown)
+        # steps of one row took 1 ms and of four rows 2 ms: one more row adds 1/3 ms to a
+        # step; yet at three rows the instance now takes 5 ms a token, one a step: 2.5
+        # times its mean step at that size
+        counter = BatchStepCounter()
+        for rows, seconds in ((1, 0.001), (4, 0.002)):
+            for _ in range(50):
+                counter.record(rows, rows, 0, seconds)
+        load = InstanceLoad(running=3, blocks_total=1000, blocks_free=900, seconds_per_token=0.005)
+        admission.report("a", replace(load, batch_steps=counter.totals()))
+        assert admission.capacity("a").rows_allowed == 4
+        for key in range(30):
+            admission.enqueue(request(f"long {key + 4}", predicted=200))
+        return len(admission.admit("a", 0.0))
+
+    # one starts in the fourth row b_SLA now allows; beside the rows, in their 1.495 s of
+    # slack, each 200-token prompt charged its 5 ms of prefill and 200 steps at 1/3 ms:
+    # 0.0717 s, twenty fit; at 2.5 times that (0.179 s), eight
+    assert started_beside(slowdown=False) == 1 + 20
+    assert started_beside(slowdown=True) == 1 + 8
+
+
 def test_without_start_beside_a_prompt_waits_for_b_slas_rows_and_is_refused_when_that_is_too_late():
     admission = b_sla_held_to_three_rows_running_them(start_beside=False)
     with pytest.raises(QueueFullError, match="start too late"):
@@ -863,13 +913,17 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     assert built.flush_s == 0.25
     assert built.keep_promises, "on unless switched off"
     assert (built.b_sla_pace, built.start_beside) == ("allowance_in_reach", True)
+    assert (built.pace_window_steps, built.beside_slowdown) == (64, True)
     env = {
         "SPECBATCH_KEEP_PROMISES": "off",
         "SPECBATCH_B_SLA_PACE": "slack",
         "SPECBATCH_START_BESIDE": "off",
+        "SPECBATCH_PACE_WINDOW_STEPS": "1",
+        "SPECBATCH_BESIDE_SLOWDOWN": "off",
     }
     changed = build_admission(ModelSettings(config, tmp_path, env=env)).config
     assert (changed.keep_promises, changed.b_sla_pace, changed.start_beside) == (False, "slack", False)
+    assert (changed.pace_window_steps, changed.beside_slowdown) == (1, False)
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 
