@@ -138,9 +138,9 @@ ABLATIONS = (
         {"env": {"SPECBATCH_START_BESIDE": "off"}},
     ),
     Setup(
-        "current_pace",
-        "(a) rows priced at each instance's pace now",
-        {"env": {"SPECBATCH_PACE_WINDOW_STEPS": "1", "SPECBATCH_BESIDE_SLOWDOWN": "off"}},
+        "cautious_pace",
+        "(a) rows priced at the slowest pace of 64 steps, starts beside at the slowdown",
+        {"env": {"SPECBATCH_PACE_WINDOW_STEPS": "64", "SPECBATCH_BESIDE_SLOWDOWN": "on"}},
     ),
     Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
     Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),

@@ -82,7 +82,9 @@ admission decisions, taken per instance whenever it reports its state:
   two- to threefold within seconds under a prompt-heavy load, and a promise made at a
   quick moment breaks in the next slow spell. With ``beside_slowdown``, what a start
   beside the rows costs them (from the instance's step counters, means since it started)
-  is multiplied by how much slower than those means the instance steps now.
+  is multiplied by how much slower than those means the instance steps now. Both are off
+  by default (a window of one step): they meet the prompt-heavy overload's tail but cost
+  goodput near capacity (docs/BENCHMARKS.md, "Rows priced at the slowest recent pace").
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to
@@ -179,10 +181,10 @@ class AdmissionConfig:
     placement: str = "least_loaded"
     # rows are priced at the slowest seconds a token an instance reported over its last
     # this many committing steps (1: the pace it reports now)
-    pace_window_steps: int = 64
+    pace_window_steps: int = 1
     # a start beside the rows is charged at the instance's slowdown now (its cycle over
     # the mean step of its batch size), not at its counters' means alone
-    beside_slowdown: bool = True
+    beside_slowdown: bool = False
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:

@@ -913,17 +913,17 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     assert built.flush_s == 0.25
     assert built.keep_promises, "on unless switched off"
     assert (built.b_sla_pace, built.start_beside) == ("allowance_in_reach", True)
-    assert (built.pace_window_steps, built.beside_slowdown) == (64, True)
+    assert (built.pace_window_steps, built.beside_slowdown) == (1, False)
     env = {
         "SPECBATCH_KEEP_PROMISES": "off",
         "SPECBATCH_B_SLA_PACE": "slack",
         "SPECBATCH_START_BESIDE": "off",
-        "SPECBATCH_PACE_WINDOW_STEPS": "1",
-        "SPECBATCH_BESIDE_SLOWDOWN": "off",
+        "SPECBATCH_PACE_WINDOW_STEPS": "64",
+        "SPECBATCH_BESIDE_SLOWDOWN": "on",
     }
     changed = build_admission(ModelSettings(config, tmp_path, env=env)).config
     assert (changed.keep_promises, changed.b_sla_pace, changed.start_beside) == (False, "slack", False)
-    assert (changed.pace_window_steps, changed.beside_slowdown) == (1, False)
+    assert (changed.pace_window_steps, changed.beside_slowdown) == (64, True)
     fcfs = build_admission(ModelSettings(config, tmp_path, env={"SPECBATCH_ADMISSION": "fcfs"})).config
     assert (fcfs.memory_aware, fcfs.sla_aware, fcfs.shed_deadlines) == (False, False, False)
 

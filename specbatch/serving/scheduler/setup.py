@@ -58,7 +58,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     delay to the running rows (its prefill, and its steps at what one more row adds to a
     step) fits in their slack starts beside them past b_SLA's rows. Rows are priced at
     the slowest seconds a token an instance reported over its last `pace_window_steps`
-    committing steps (64; 1: its pace now), and with `beside_slowdown` (on) a start
+    committing steps (1, the default: its pace now), and with `beside_slowdown` (off) a start
     beside them at how much slower than its counters' means the instance runs now.
     `placement`: `least_loaded`, or `length_affine` (each instance starts the prompts of
     its own range of predicted lengths, spilling over when their home cannot)."""
@@ -84,8 +84,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             start_beside=settings.switch("start_beside", True),
             late_budgets=settings.number("sla_late_budgets", 1.5),
             placement=settings.raw("placement", "least_loaded"),
-            pace_window_steps=settings.integer("pace_window_steps", 64),
-            beside_slowdown=settings.switch("beside_slowdown", True),
+            pace_window_steps=settings.integer("pace_window_steps", 1),
+            beside_slowdown=settings.switch("beside_slowdown", False),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,
