@@ -67,6 +67,7 @@ class PassCosts:
         self._block: list[Pass] = []  # the passes since the last block was taken in
         self._latest: deque[tuple[float, float]] = deque(maxlen=PACE_BLOCKS)  # blocks' seconds, fitted
         self._scaled_terms = (0.0, 0.0, 0.0, 0.0)  # the fit times the pace, as floats: predict is hot
+        self.most_tokens = 0.0  # the most tokens any pass observed fed
 
     @property
     def observations(self) -> int:
@@ -80,6 +81,7 @@ class PassCosts:
         return seconds / fitted if fitted > 0 and seconds > 0 else 1.0
 
     def observe(self, tokens: int, slots: int, pairs: int, seconds: float) -> None:
+        self.most_tokens = max(self.most_tokens, float(tokens))
         self._block.append((float(tokens), float(slots), float(pairs), float(seconds)))
         if len(self._block) >= REFIT_EVERY or self.observations <= REFIT_EVERY:
             self._take_in_block()

@@ -23,8 +23,9 @@
   arrivals, it read as every K costing 1.5-2.1x its prediction for the first few steps
   (a90, 16 rows), and the policy decoded plain through the burst while the lags grew.
   While it decodes plain only because the lagging drafts' catch-up would not repay
-  itself, and a K that has run at that batch size would pay were they caught up, the
-  drafts of rows admitted then are fed their prompts all the same (``feeds_drafts``):
+  itself, and a K that has run at that batch size would pay were they caught up (where
+  no K ever has, the cost model says so), the drafts of rows admitted then are fed their
+  prompts all the same (``feeds_drafts``):
   in a steady stream every row would otherwise join lagging by its whole prompt, older
   rows by all they have decoded too, and the catch-up that switching on costs would
   never shrink.
@@ -157,6 +158,18 @@ def iteration_costs_name(lookahead: int) -> str:
     of a one-row plain step, the size of the choices at stake).
     """
     return "iteration_speculative" if lookahead > 0 else "iteration_plain"
+
+
+def overhead_seconds(costs: PassCosts, rows: int) -> float:
+    """What a step's or an iteration's overhead model predicts for ``rows`` rows, read at
+    no more rows than it has seen. It is fitted on the steps of its kind alone, and right
+    after start-up those are a handful at one to four rows: extrapolated along their
+    slope, three of six fresh engines (a90, warmed on four rows) priced a speculative
+    step's overhead at 20 rows at 10-12 ms, against 0.4-1.3 ms for a plain step's and 15 ms
+    for a plain pass, a batch size at which no K had run to correct it. Read at the rows
+    seen, it errs on the hopeful side, and the first step of that kind at a larger batch
+    teaches it."""
+    return costs.predict(min(rows, max(1.0, costs.most_tokens)), 0, 0)
 
 
 class LookaheadPolicy(Protocol):
@@ -292,13 +305,13 @@ class GoodputLookahead:
         """Predicted (committed tokens, seconds) of one step with K = ``lookahead``, the
         rest of its iteration included."""
         tokens, seconds = self._step(batch, lookahead)
-        return tokens, seconds + self.iteration_costs[lookahead > 0].predict(len(batch.alphas), 0, 0)
+        return tokens, seconds + overhead_seconds(self.iteration_costs[lookahead > 0], len(batch.alphas))
 
     def _step(self, batch: BatchShape, lookahead: int) -> tuple[float, float]:
         """Predicted (committed tokens, seconds) of the step's passes and its own
         overhead with K = ``lookahead``, and the catch-up it owes."""
         rows, span = self.padded_rows(len(batch.alphas)), batch.span
-        overhead = self.step_costs[lookahead > 0].predict(rows, 0, 0)
+        overhead = overhead_seconds(self.step_costs[lookahead > 0], rows)
         if lookahead == 0:
             return len(batch.alphas), self.target_costs.predict(rows, rows * span, rows * span) + overhead
         committed = sum(
@@ -319,7 +332,7 @@ class GoodputLookahead:
         if step.plain_beside:
             beside_tokens, beside_seconds = self._step(step.beside, 0)
             tokens, seconds = tokens + beside_tokens, seconds + beside_seconds
-        return tokens, seconds + self.iteration_costs[step.lookahead > 0].predict(rows, 0, 0)
+        return tokens, seconds + overhead_seconds(self.iteration_costs[step.lookahead > 0], rows)
 
     def switch_seconds(self, batch: BatchShape, lookahead: int) -> float:
         """The draft catch-up that speculating with K = ``lookahead`` needs first, per
@@ -408,18 +421,24 @@ class GoodputLookahead:
         """Whether some K > 0 would beat plain decoding's corrected goodput (by
         GOODPUT_MARGIN) were every draft of ``batch`` caught up, feeding newcomers' drafts
         included: what a row admitted now, its draft fed its prompt, will gain once the
-        lagging rows have left. Only a K that has run at this batch size (its correction
-        resting on HOLD_EVIDENCE_STEPS steps) counts: a gain the cost model predicts
-        and no step has shown is what a probe is for, not a reason to feed every
-        newcomer's draft. On the α ≈ 0.5 pair at 16 clients (48 requests), the
-        prediction alone had drafts fed on 156 of 536 plain choices, 4,161 draft tokens
-        beside 8,588 of target prefill, for 3 speculative steps."""
+        lagging rows have left. Where speculation has run at this batch size, only a K
+        that has run there (its correction resting on HOLD_EVIDENCE_STEPS steps) counts: a
+        gain the cost model predicts and no step has shown is what a probe is for, not a
+        reason to feed every newcomer's draft. On the α ≈ 0.5 pair at 16 clients (48
+        requests), the prediction alone had drafts fed on 156 of 536 plain choices, 4,161
+        draft tokens beside 8,588 of target prefill, for 3 speculative steps. Where no K
+        has ever run at this batch size, the cost model's word is all there is, and it is
+        taken: without it, a fresh engine thrown into a closed loop at 32 clients (a90)
+        met that batch size with every draft lagging and no evidence, never probed a
+        catch-up that large, and decoded plain for the whole loop in one run of four,
+        at 0.84x fixed K = 3. Fed, the newcomers' drafts make the first speculative step
+        there cheap, and from that step on its evidence decides."""
         rows = len(batch.alphas)
         ks = range(MIN_LOOKAHEAD, MAX_LOOKAHEAD + 1)
         measured = [k for k in ks if self.realised.steps(rows, k) >= HOLD_EVIDENCE_STEPS]
-        if not measured:
+        if not measured and self.realised.speculated(rows):
             return False
-        steps = self.corrected(dataclasses.replace(batch, lags=()), measured)
+        steps = self.corrected(dataclasses.replace(batch, lags=()), measured or list(ks))
         return max(t / s if s > 0 else float("inf") for t, s in steps) > plain_rate * GOODPUT_MARGIN
 
     def _plain_is_stale(self, rows: int) -> bool:

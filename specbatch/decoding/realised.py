@@ -252,6 +252,11 @@ class RealisedGoodput:
         """The discounted steps of K at this batch size that its correction rests on."""
         return self._read(rows).arms.get(k, _Evidence()).steps
 
+    def speculated(self, rows: int) -> bool:
+        """Whether any K > 0 has ever run at this batch size (its bucket or the nearer
+        neighbour it reads), however long ago."""
+        return any(k > 0 for k in self._read(rows).arms)
+
     def speculative_steps(self, rows: int) -> float:
         """The discounted steps of every K > 0 together at this batch size."""
         return sum(e.steps for k, e in self._read(rows).arms.items() if k > 0)

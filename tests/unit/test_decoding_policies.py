@@ -30,6 +30,7 @@ from specbatch.decoding.lookahead import (
     StepOutcome,
     expected_tokens,
     next_lookahead,
+    overhead_seconds,
 )
 from specbatch.decoding.realised import RealisedGoodput
 
@@ -130,6 +131,34 @@ def test_the_iteration_around_a_step_turns_a_near_tie_to_speculation() -> None:
     batch = BatchShape(alphas=[0.7], remaining=[100], span=50)
     assert GoodputLookahead(_policy_costs(target, draft)).choose(batch) == 0
     assert GoodputLookahead(_policy_costs(target, draft, iteration=0.01)).choose(batch) == 2
+
+
+def test_a_steps_overhead_is_priced_at_no_more_rows_than_its_model_has_seen() -> None:
+    # memory-bound target, cheap draft: at α = 0.9 every K pays at 20 rows, but the
+    # speculative step's overhead was seen only on a few steps of 1-4 rows, rising 4 ms a
+    # row: along that slope 80 ms at 20 rows, eight plain passes
+    target, draft = _costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-6, fixed=0.001)
+    wide = BatchShape(alphas=[0.9] * 20, remaining=[100] * 20, span=100)
+
+    def policy(extrapolated: bool) -> GoodputLookahead:
+        costs = _policy_costs(target, draft)
+        steep = PassCosts()
+        for rows in (1, 2, 3, 4):
+            steep.observe(rows, 0, 0, 4e-3 * rows)
+        if extrapolated:
+            steep.most_tokens = float("inf")
+        costs["step_speculative"] = steep
+        return GoodputLookahead(costs)
+
+    assert policy(extrapolated=True).choose(wide) == 0, "priced along the slope, never tried"
+    hopeful = policy(extrapolated=False)
+    assert overhead_seconds(hopeful.step_costs[True], 20) == pytest.approx(0.016, rel=0.01)
+    assert hopeful.choose(wide) >= 3
+    # a step at 20 rows teaches the model its cost there
+    hopeful.step_costs[True].observe(20, 0, 0, 0.08)
+    assert overhead_seconds(hopeful.step_costs[True], 20) == pytest.approx(
+        hopeful.step_costs[True].predict(20, 0, 0)
+    )
 
 
 # The synthetic world the learning tests run in: a batch of 4 rows, acceptance α, and a
@@ -571,10 +600,14 @@ def test_goodput_wants_new_drafts_fed_while_only_the_catch_up_keeps_it_plain() -
     # rows with 3 tokens left cannot repay drafts lagging 300 tokens: plain decoding
     ending = BatchShape(alphas=[0.9] * 4, remaining=[3] * 4, span=300, lags=[300] * 4)
     assert paying.choose(ending) == 0
-    assert not paying.feeds_drafts, "a gain no step has shown feeds no draft"
+    assert paying.feeds_drafts, "where no K has run, the cost model's word feeds the drafts"
     caught_up = BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300)
     k = paying.choose(caught_up)
     assert k > 0 and paying.feeds_drafts, "speculating feeds every draft"
+    tokens, seconds = paying.predict(caught_up, k)
+    paying.record(StepOutcome(k, caught_up, 4 * k, round(tokens) - 4, round(tokens), seconds))
+    assert paying.choose(ending) == 0
+    assert not paying.feeds_drafts, "once a K has run here, a gain no step has shown feeds no draft"
     _run_as_predicted(paying, caught_up, k)
     # K has run at this batch size: a row admitted now, its draft fed its prompt, will
     # speculate and gain
