@@ -165,7 +165,7 @@ def overhead_seconds(costs: PassCosts, rows: int) -> float:
     no more rows than it has seen. It is fitted on the steps of its kind alone, and right
     after start-up those are a handful at one to four rows: extrapolated along their
     slope, three of six fresh engines (a90, warmed on four rows) priced a speculative
-    step's overhead at 20 rows at 10-12 ms, against 0.4-1.3 ms for a plain step's and 15 ms
+    step's overhead at 20 rows at 10-12 ms, against 0.3-1.3 ms for a plain step's and 15 ms
     for a plain pass, a batch size at which no K had run to correct it. Read at the rows
     seen, it errs on the hopeful side, and the first step of that kind at a larger batch
     teaches it."""
