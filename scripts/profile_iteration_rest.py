@@ -4,7 +4,12 @@ policy prices once a step (admitting, choosing K, growing blocks, delivering).
 One engine at a time serves ``--requests`` requests of bench_lookahead.py's workload as a
 closed loop at ``--concurrency``; its own iteration cost models (fitted on the rest of
 every speculative and every plain step it ran) give the rest a step, beside the seconds
-of the step's passes and, for goodput, of its choice of K.
+of the step's passes and, for goodput, of its choice of K. Where a run's time went
+besides: the share of its steps that ran plain, the draft tokens fed (catch-ups and
+newcomers' prompts) and their seconds, and the wall seconds outside every step (prompt
+and draft prefills, the rest), which a policy that feeds drafts for nothing pays there.
+One engine's runs minutes apart differ by the machine's drift as well as by policy:
+compare policies in `bench_lookahead.py`'s relay.
 
     python scripts/profile_iteration_rest.py --pair a70 --concurrency 1 --requests 16
     python scripts/profile_iteration_rest.py --pair a70 --concurrency 16 --requests 40
@@ -31,7 +36,8 @@ from specbatch.decoding.lookahead import BatchShape, StepOutcome, iteration_cost
 
 TABLE_HEADER = (
     "| policy | steps | rows a step | passes and catch-up a step (ms) | rest a step (ms) "
-    "| choice (ms) | tok/s |\n|---|---|---|---|---|---|---|"
+    "| choice (ms) | tok/s | plain steps | draft fed (tokens, s) | outside the steps (s) |"
+    "\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -52,6 +58,18 @@ def profile(engine: Engine, jobs: list[Job], concurrency: int, requests: int) ->
         return k
 
     engine.lookahead.record, engine.lookahead.choose = recorded, timed
+    drafts_fed, draft_seconds = 0, 0.0
+    prefill = engine.runner.prefill
+
+    def timed_prefill(rows: list, name: str, *args: object, **kwargs: object) -> int:
+        nonlocal drafts_fed, draft_seconds
+        started = time.perf_counter()
+        fed = prefill(rows, name, *args, **kwargs)
+        if name == "draft":
+            drafts_fed, draft_seconds = drafts_fed + fed, draft_seconds + time.perf_counter() - started
+        return fed
+
+    engine.runner.prefill = timed_prefill
     started = time.perf_counter()
     loop = ClosedLoop(engine, jobs, concurrency, "speculative", limit=requests)
     loop.finished.wait()
@@ -63,9 +81,12 @@ def profile(engine: Engine, jobs: list[Job], concurrency: int, requests: int) ->
         for s, step_rows in zip(steps, rows_each, strict=True)
     )
     passes = statistics.mean(s.seconds for s in steps) - rest
+    plain = sum(s.lookahead == 0 for s in steps) / len(steps)
+    outside = wall - sum(s.seconds for s in steps)
     return (
         f"{len(steps)} | {rows:.1f} | {passes * 1e3:.2f} | {rest * 1e3:.2f} "
-        f"| {statistics.mean(choices) * 1e3:.3f} | {loop.tokens / wall:.0f} |"
+        f"| {statistics.mean(choices) * 1e3:.3f} | {loop.tokens / wall:.0f} | {plain:.0%} "
+        f"| {drafts_fed}, {draft_seconds:.2f} | {outside:.2f} |"
     )
 
 
