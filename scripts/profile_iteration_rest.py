@@ -6,8 +6,9 @@ closed loop at ``--concurrency``; its own iteration cost models (fitted on the r
 every speculative and every plain step it ran) give the rest a step, beside the seconds
 of the step's passes and, for goodput, of its choice of K. Where a run's time went
 besides: the share of its steps that ran plain, the draft tokens fed (catch-ups and
-newcomers' prompts) and their seconds, and the wall seconds outside every step (prompt
-and draft prefills, the rest), which a policy that feeds drafts for nothing pays there.
+newcomers' prompts) and their seconds, and the wall seconds outside every step's (prompt
+and draft prefills, which no step's seconds count; a step's include its rest), where a
+policy that feeds drafts for nothing pays for them.
 One engine's runs minutes apart differ by the machine's drift as well as by policy:
 compare policies in `bench_lookahead.py`'s relay.
 
@@ -22,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,6 +35,7 @@ from bench_lookahead import PROMPT_RANGE, ClosedLoop, load_pair, warmed_engine
 
 from specbatch.decoding import Engine
 from specbatch.decoding.lookahead import BatchShape, StepOutcome, iteration_costs_name
+from specbatch.decoding.rows import Row
 
 TABLE_HEADER = (
     "| policy | steps | rows a step | passes and catch-up a step (ms) | rest a step (ms) "
@@ -61,7 +64,7 @@ def profile(engine: Engine, jobs: list[Job], concurrency: int, requests: int) ->
     drafts_fed, draft_seconds = 0, 0.0
     prefill = engine.runner.prefill
 
-    def timed_prefill(rows: list, name: str, *args: object, **kwargs: object) -> int:
+    def timed_prefill(rows: Sequence[Row], name: str, *args: object, **kwargs: object) -> int:
         nonlocal drafts_fed, draft_seconds
         started = time.perf_counter()
         fed = prefill(rows, name, *args, **kwargs)
