@@ -629,6 +629,28 @@ def test_goodput_wants_new_drafts_fed_while_only_the_catch_up_keeps_it_plain() -
     assert not losing.feeds_drafts
 
 
+def test_goodput_feeds_the_next_draft_when_only_finishing_rows_keep_it_plain() -> None:
+    # memory-bound target, cheap draft: at α = 0.9 speculation pays for rows with tokens left
+    costs = _policy_costs(_costs(per_token=1e-5, fixed=0.01), _costs(per_token=1e-4, fixed=0.001))
+    paying = GoodputLookahead(costs)
+    running = BatchShape(alphas=[0.9] * 4, remaining=[200] * 4, span=300)
+    k = paying.choose(running)
+    assert k > 0
+    _run_as_predicted(paying, running, k)
+    # caught-up rows with one token left each: no K can be used, so plain decoding; the
+    # rows that take their places can speculate, so their drafts are fed
+    finishing = BatchShape(alphas=[0.9] * 4, remaining=[1] * 4, span=300)
+    assert paying.choose(finishing) == 0
+    assert paying.feeds_drafts
+    # where speculation loses with every draft caught up, finishing rows feed no draft
+    losing = GoodputLookahead(
+        _policy_costs(_costs(per_token=1e-3, fixed=0.01), _costs(per_token=1e-3, fixed=0.01))
+    )
+    _run_as_predicted(losing, running, 1)
+    assert losing.choose(finishing) == 0
+    assert not losing.feeds_drafts
+
+
 def _run_as_predicted(policy: GoodputLookahead, batch: BatchShape, k: int) -> None:
     """Tell ``policy`` of steps of K = ``k`` on ``batch`` that delivered what it predicted,
     until K's correction rests on HOLD_EVIDENCE_STEPS steps."""
