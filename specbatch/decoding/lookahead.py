@@ -427,8 +427,8 @@ class GoodputLookahead:
         cannot use a K, the row that takes its place can. Judged on the finishing rows
         as they stood, at one client (a70) 15 of 16 newcomers joined with their drafts
         unfed, each then lagging by its whole prompt, a catch-up that kept goodput plain
-        for 86-96 % of its steps. Where nothing lags and no row is finishing, the plain choice just
-        made already answers for a newcomer."""
+        for 86-96 % of its steps. Where nothing lags and no row is finishing, the plain
+        choice just made already answers for a newcomer."""
         fresh = dataclasses.replace(
             batch, lags=(), remaining=[max(r, MAX_LOOKAHEAD + 1) for r in batch.remaining]
         )
