@@ -429,12 +429,10 @@ class GoodputLookahead:
         unfed, each then lagging by its whole prompt, a catch-up that kept goodput plain
         for 86-96 % of its steps. Where nothing lags and no row is finishing, the plain
         choice just made already answers for a newcomer."""
-        fresh = dataclasses.replace(
-            batch, lags=(), remaining=[max(r, MAX_LOOKAHEAD + 1) for r in batch.remaining]
-        )
-        if not any(batch.lags) and list(fresh.remaining) == list(batch.remaining):
+        if not any(batch.lags) and min(batch.remaining) > MAX_LOOKAHEAD:
             return False
-        return self.pays_caught_up(fresh, plain_rate)
+        fresh = [max(r, MAX_LOOKAHEAD + 1) for r in batch.remaining]
+        return self.pays_caught_up(dataclasses.replace(batch, remaining=fresh), plain_rate)
 
     def pays_caught_up(self, batch: BatchShape, plain_rate: float) -> bool:
         """Whether some K > 0 would beat plain decoding's corrected goodput (by
