@@ -71,8 +71,8 @@ POINT_PRIOR_STEPS = 8.0
 # by what a probe costs over a plain step, it must still outbid a cost model a few per
 # cent wrong: at 0.03 (with a bonus on plain decoding too) the policy did not probe K = 1
 # on the α ≈ 0.5 pair at one row, where K = 1 ran 1.15x plain decoding; at 0.1 it did
-# in a head-to-head run, though not in the full benchmark's run (docs/BENCHMARKS.md,
-# "A wider optimism bonus, none for plain decoding").
+# in a head-to-head run, though not in the full benchmark's run
+# (docs/BENCHMARKS_HISTORY.md, "A wider optimism bonus, none for plain decoding").
 EXPLORATION = 0.1
 
 
