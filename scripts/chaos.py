@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from specbatch.figures import save_figure  # noqa: E402
 from specbatch.lifeline import exit_with_parent_preexec  # noqa: E402
+from specbatch.loadtest.capacity import Probe, describe, probe_until_overloaded  # noqa: E402
 from specbatch.loadtest.profiles import load_profile  # noqa: E402
 from specbatch.loadtest.prompts import PromptPool, build_prompt_pool  # noqa: E402
 from specbatch.server.children import OpenAIFrontProcess  # noqa: E402
@@ -239,24 +240,21 @@ async def offer(
 
 
 def capacity(pipeline: Pipeline, pool: PromptPool, offered: float, seconds: float) -> float:
-    records, _ = asyncio.run(offer(pipeline, pool, offered, seconds, seed=1))
-    served = [r for r in records if r["outcome"] == "ok"]
-    if not served:
-        raise RuntimeError(
-            f"nothing was served while measuring capacity: {Counter(r['outcome'] for r in records)}"
-        )
-    refused = sum(r["outcome"] == "503" for r in records)
-    rate = len(served) / max(r["end_s"] for r in served)
-    logger.info(
-        "capacity: %d answered, %d refused (503) at %.1f req/s offered: %.2f req/s",
-        len(served),
-        refused,
-        offered,
-        rate,
-    )
-    if refused < 0.05 * len(records):
-        logger.warning("under 5 %% refused: not overloaded, so %.2f req/s is only a lower bound", rate)
-    return rate
+    """Answers per second under sustained overload, the probe doubled while kept up."""
+
+    def probe(rate: float) -> Probe:
+        records, _ = asyncio.run(offer(pipeline, pool, rate, seconds, seed=1))
+        served = [r for r in records if r["outcome"] == "ok"]
+        if not served:
+            raise RuntimeError(
+                f"nothing was served while measuring capacity: {Counter(r['outcome'] for r in records)}"
+            )
+        refused = sum(r["outcome"] == "503" for r in records)
+        return Probe(rate, len(records), len(served), refused, len(served) / max(r["end_s"] for r in served))
+
+    best, probes = probe_until_overloaded(probe, offered)
+    logger.info("capacity %.2f req/s (%s)", best.answered_rps, describe(probes))
+    return best.answered_rps
 
 
 # ---- faults ----------------------------------------------------------------------------
@@ -453,7 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "chaos")
     parser.add_argument("--launcher", choices=["serve", "pod", "kserve", "all"], default="all")
     parser.add_argument("--load", type=float, default=0.7, help="offered load, a share of measured capacity")
-    parser.add_argument("--probe-rate", type=float, default=40.0, help="req/s offered to measure capacity")
+    parser.add_argument(
+        "--probe-rate",
+        type=float,
+        default=40.0,
+        help="req/s first offered to measure capacity (doubled while kept up)",
+    )
     parser.add_argument("--probe-seconds", type=float, default=30.0)
     parser.add_argument("--window", type=float, default=40.0, help="seconds of arrivals per fault")
     parser.add_argument("--before", type=float, default=8.0, help="seconds into the window the fault comes")

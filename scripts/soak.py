@@ -47,6 +47,7 @@ from bench_policies import cpu_seconds  # noqa: E402
 
 from specbatch.figures import save_figure  # noqa: E402
 from specbatch.loadtest.arrivals import ArrivalSchedule  # noqa: E402
+from specbatch.loadtest.capacity import Probe, describe, probe_until_overloaded  # noqa: E402
 from specbatch.loadtest.profiles import Arrival, load_profile  # noqa: E402
 from specbatch.loadtest.prompts import PromptPool, build_prompt_pool  # noqa: E402
 from specbatch.openai.errors import OpenAIError, from_pipeline  # noqa: E402
@@ -388,10 +389,11 @@ def plot(run: dict, path: Path, title: str) -> None:
     save_figure(fig, path, dpi=110)
 
 
-def measure_capacity(process: TritonProcess, pool: PromptPool, args: argparse.Namespace) -> float:
+def measure_capacity(process: TritonProcess, pool: PromptPool, args: argparse.Namespace) -> tuple[float, str]:
     """Answers per second the pipeline completes under sustained overload of the same mix
-    (plain requests only; the queue bound refuses the excess): what 100 % means here."""
-    probe = argparse.Namespace(
+    (plain requests only; the queue bound refuses the excess): what 100 % means here. The
+    probe doubles its rate while the pipeline keeps up (`probe_until_overloaded`)."""
+    settings = argparse.Namespace(
         **{
             **vars(args),
             "minutes": args.probe_minutes,
@@ -401,21 +403,32 @@ def measure_capacity(process: TritonProcess, pool: PromptPool, args: argparse.Na
             "cancel_share": 0.0,
         }
     )
-    logger.info("measuring capacity: %.1f req/s offered for %.1f min", args.probe_rate, args.probe_minutes)
-    records = asyncio.run(drive(process, pool, args.probe_rate, probe))["records"]
-    served = [r for r in records if r.outcome == "ok"]
-    refused = sum(r.outcome == "overloaded" for r in records)
-    capacity = len(served) / max(r.end_s for r in served)
-    logger.info("capacity: %d answered, %d refused as overloaded: %.2f req/s", len(served), refused, capacity)
-    if refused < 0.05 * len(records):
-        logger.warning("under 5 %% refused: not overloaded, so %.2f req/s is only a lower bound", capacity)
-    return capacity
+
+    def probe(rate: float) -> Probe:
+        logger.info("measuring capacity: %.1f req/s offered for %.1f min", rate, args.probe_minutes)
+        records = asyncio.run(drive(process, pool, rate, settings))["records"]
+        served = [r for r in records if r.outcome == "ok"]
+        refused = sum(r.outcome == "overloaded" for r in records)
+        answered_rps = len(served) / max(r.end_s for r in served)
+        logger.info(
+            "probe: %d answered, %d refused as overloaded: %.2f req/s", len(served), refused, answered_rps
+        )
+        return Probe(rate, len(records), len(served), refused, answered_rps)
+
+    best, probes = probe_until_overloaded(probe, args.probe_rate)
+    source = f"measured on plain requests of the same mix: {describe(probes)}"
+    return best.answered_rps, source
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=RawDescriptionHelpFormatter)
     parser.add_argument("--capacity", type=float, help="req/s; measured first on the same server if left out")
-    parser.add_argument("--probe-rate", type=float, default=30.0, help="req/s offered to measure capacity")
+    parser.add_argument(
+        "--probe-rate",
+        type=float,
+        default=30.0,
+        help="req/s first offered to measure capacity (doubled while kept up)",
+    )
     parser.add_argument("--probe-minutes", type=float, default=1.0)
     parser.add_argument("--load", type=float, default=0.8, help="offered load as a share of capacity")
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -447,8 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.capacity:
             capacity, source = args.capacity, "--capacity"
         else:
-            capacity = measure_capacity(process, pool, args)
-            source = f"measured: plain requests of the same mix at {args.probe_rate:g} req/s offered"
+            capacity, source = measure_capacity(process, pool, args)
         rate = args.load * capacity
         logger.info("capacity %.2f req/s (%s); offered %.2f req/s", capacity, source, rate)
         run = asyncio.run(drive(process, pool, rate, args))
