@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from operator import attrgetter
 
+from specbatch.routing import TASKS
+from specbatch.routing.classify import AMBIGUOUS
 from specbatch.scheduling.admission import InstanceCapacity
 from specbatch.scheduling.load import STEP_BATCH_LABELS, InstanceLoad
 from specbatch.serving.latency import PromptTiming, SlaTargets
@@ -17,6 +19,18 @@ TPOT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
 
 
 GAUGE_INTERVAL_S = 0.5
+LABELLED_TASKS = frozenset((*TASKS, AMBIGUOUS))
+
+
+def task_label(task: str) -> str:
+    """The `task` label of a prompt's metrics. A client calling the scheduler directly
+    names any task it likes (refused as unknown), and every label set a metric is given
+    lives as long as the server, so a string outside the known tasks is counted as
+    "unknown" instead of growing the label sets with each new one."""
+    if not task:
+        return "none"
+    return task if task in LABELLED_TASKS else "unknown"
+
 
 # Totals an engine counts from its start, exported as counters per instance.
 ENGINE_TOTALS = (
@@ -116,7 +130,7 @@ class SchedulerMetrics(SchedulerEvents):
     def settled(self, outcomes: list[RowOutcome], timings: list[PromptTiming]) -> None:
         m = self._m
         for outcome, timing in zip(outcomes, timings, strict=True):
-            task = outcome.task or "none"
+            task = task_label(outcome.task)
             if outcome.instance and outcome.total_draft_tokens:
                 m.increment(
                     "specbatch_draft_tokens_total",

@@ -158,3 +158,26 @@ def test_a_prompt_whose_deadline_cannot_be_met_is_failed_without_running(server)
         late.close()
     assert final and error is not None and "deadline" in error
     assert shed() == before + 1
+
+
+def test_a_task_the_client_makes_up_is_refused_and_counted_as_unknown(server):
+    # Every label set a metric is given lives as long as the server: a client naming
+    # a new task with each request must not grow them.
+    made_up = "no-such-task-3f9c"
+    errors_before = counter(server, "specbatch_prompt_errors_total", 'task="unknown"')
+    direct = GrpcStream(server.grpc_url)
+    try:
+        inputs = routed_inputs(INFOBENCH_PROMPT, 8)
+        inputs["routed_task"] = np.array([made_up.encode()], dtype=np.object_)
+        direct.send("made-up", inputs, model="scheduler")
+        messages, final = [], False
+        while not final:
+            _, outputs, final, error = direct.next(timeout_s=60)
+            messages += [error] if error else [text for text in outputs.get("error", []) if text]
+    finally:
+        direct.close()
+    assert any(f"no handler for task {made_up!r}" in message for message in messages), messages
+    assert wait_for(
+        lambda: counter(server, "specbatch_prompt_errors_total", 'task="unknown"') > errors_before
+    ), "the refusal was never counted"
+    assert made_up not in scrape(server.metrics_url)
