@@ -25,6 +25,11 @@ UNAVAILABLE = re.compile(
             r"restart",
             r"graph solver is busy",
             r"out of service",
+            # the connection to tritonserver broke mid-request (gRPC core's words): it
+            # was killed or is restarting, so the request can be sent again
+            r"stream removed",
+            r"socket closed",
+            r"connection reset",
         )
     ),
     re.IGNORECASE,

@@ -240,6 +240,7 @@ def test_a_client_that_leaves_while_the_pipeline_is_read_ends_the_upstream_call(
         "in ensemble 'specbatch', Stub process 'router_0_0' is not healthy.",
         "Request for unknown model: 'scheduler' has no available versions",
         "the server is overloaded: 9 prompts are queued (limit 8); retry later",
+        "Stream removed (Socket closed)",  # a KServe pod's tritonserver killed mid-stream (chaos, 2026-12-05)
     ],
 )
 def test_a_step_that_is_down_or_busy_is_a_503(message):
