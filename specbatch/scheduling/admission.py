@@ -84,7 +84,7 @@ admission decisions, taken per instance whenever it reports its state:
   beside the rows costs them (from the instance's step counters, means since it started)
   is multiplied by how much slower than those means the instance steps now. Both are off
   by default (a window of one step): they meet the prompt-heavy overload's tail but cost
-  goodput near capacity (docs/BENCHMARKS.md, "Rows priced at the slowest recent pace").
+  goodput near capacity (docs/BENCHMARKS_HISTORY.md, "Rows priced at the slowest recent pace").
 
 ``order="multibin"`` is the papers' setting (Guldogan et al. 2024, with Pang et al.'s
 batch size) on live instances: an idle instance takes one batch of up to

@@ -31,6 +31,7 @@ from specbatch.server.admin import ADMIN_KEY_ENV, RepositoryClient, admin_key, r
 from specbatch.server.binary import TritonInstallation, find_tritonserver
 from specbatch.server.children import ChildProcess, GatewayProcess
 from specbatch.server.ports import Ports, check_ports_free, free_port
+from specbatch.server.shm_regions import remove_stale_regions
 from specbatch.server.stubs import ModelRestarts, started_at, stubs_of, tritonserver_child
 from specbatch.server.supervisor import StubSupervisor
 
@@ -185,6 +186,7 @@ class TritonProcess:
             "Triton metrics": self.options.triton_metrics_port,
         }
         check_ports_free("127.0.0.1", inner)
+        remove_stale_regions()
         command = self.installation.command(*self.options.arguments())
         env = self.installation.environment()
         env.update(self.options.env)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 from specbatch.lifeline import exit_with_parent_preexec
 from specbatch.server.admin import RepositoryClient
+from specbatch.server.shm_regions import remove_stale_regions
 from specbatch.server.stubs import ModelRestarts, stubs_of
 from specbatch.server.supervisor import StubSupervisor
 
@@ -55,6 +56,7 @@ def notify(urls: Sequence[str]) -> None:
 def run_watched(command: Sequence[str], admin_key: str, notify_urls: Sequence[str] = ()) -> int:
     """Run ``command`` (tritonserver and its arguments) until it exits, bringing back every
     model whose stub process dies; tritonserver's exit status (128 + signal if killed)."""
+    remove_stale_regions()  # a container restarted after tritonserver was killed keeps /dev/shm
     server = subprocess.Popen(list(command), preexec_fn=exit_with_parent_preexec)
     logger.info("tritonserver started (pid %d); watching its stub processes", server.pid)
 

@@ -225,6 +225,7 @@ def test_a_lost_instance_s_unstreamed_row_is_requeued_and_completes_elsewhere(
             row.prompt for row in rows_sent(cluster, "a")
         ]
         assert events.lost == ["a"] and events.requeued_prompts == [1]
+        assert cluster.core.held == 0
 
     run_cluster(tiny_pair, tiny_pair_dir, scenario, events=events)
 
@@ -241,7 +242,7 @@ def test_a_streamed_row_whose_instance_is_lost_is_answered_with_an_error_naming_
         assert outcome.finish_reason == "error"
         assert outcome.error == "model instance a failed while running this prompt"
         assert reply.streamed(0) == streamed, "nothing more is streamed after the loss"
-        assert cluster.core.queued == 0
+        assert cluster.core.queued == 0 and cluster.core.held == 0
 
     run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
@@ -329,6 +330,7 @@ def test_a_request_over_the_queue_limit_is_refused_whole(tiny_pair, tiny_pair_di
         assert later[0].text == solve_graph(GRAPH)
         assert refused.finals == [] and refused.deltas == [], "nothing of a refused request is answered"
         assert len(rows_sent(cluster, "i0")) == 2
+        assert cluster.core.held == 0, "nothing of a refused request is held"
 
     run_cluster(tiny_pair, tiny_pair_dir, scenario, queue_limit=2, events=events)
 
@@ -356,6 +358,7 @@ def test_a_cancelled_request_is_answered_cancelled_queued_or_running(tiny_pair, 
         assert (cancelled.finish_reason, cancelled.error) == ("cancelled", "request cancelled")
         [fine] = await cluster.answer(untouched)
         assert fine.error == "" and fine.num_output_tokens == 6
+        assert cluster.core.held == 0
 
     run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
@@ -366,7 +369,7 @@ def test_shutdown_answers_every_prompt_still_held(tiny_pair, tiny_pair_dir):
         cluster.core.fail_everything("the server is shutting down")
         [outcomes] = reply.finals
         assert {(o.finish_reason, o.error) for o in outcomes} == {("error", "the server is shutting down")}
-        assert cluster.core.queued == 0
+        assert cluster.core.queued == 0 and cluster.core.held == 0
 
     run_cluster(tiny_pair, tiny_pair_dir, scenario)
 
@@ -475,6 +478,7 @@ def test_a_row_cancelled_while_running_still_names_its_instance(tiny_pair_dir):
         [[outcome]] = reply.finals
         assert (outcome.finish_reason, outcome.error) == ("cancelled", "request cancelled")
         assert (outcome.instance, outcome.num_output_tokens) == ("s", 2)
+        assert cluster.core.held == 0
 
     run_cluster(None, tiny_pair_dir, scenario)
 
@@ -517,6 +521,7 @@ def test_a_prompt_that_cannot_meet_its_deadline_is_counted_shed_before_its_answe
         assert outcome.error == "deadline exceeded" and outcome.finish_reason == "cancelled"
         assert order == ["shed 1", "answer"]
         assert rows_sent(cluster, "a") == [], "the prompt never ran"
+        assert cluster.core.held == 0
 
     run_cluster(None, tiny_pair_dir, scenario, events=ShedRecorder())
 

@@ -142,6 +142,12 @@ class SchedulerCore:
     def running_rows(self) -> int:
         return self._running
 
+    @property
+    def held(self) -> int:
+        """Prompts held until their answer (queued, being prepared or solved, running):
+        every way a prompt ends lets go of it, so an idle scheduler holds none."""
+        return len(self._prompts)
+
     def submit(self, routed: RoutedRequest, reply: ReplySink) -> None:
         """Take a request: raises RequestError for malformed input and Overloaded when the
         queue cannot hold its prompts; otherwise every prompt is settled later."""
