@@ -8,8 +8,8 @@ new set. In a container, /dev/shm is memory the pod is charged for and keeps acr
 restarts (Docker's default is 64 MiB; the Kubernetes pod's is an 8 GiB memory-backed
 emptyDir), so each crash and restart keeps a few MiB more until the backend can no
 longer create a region. A region is removed before tritonserver starts only where no
-process maps it and it is older than a server start takes, so a live server's regions,
-and those of one starting beside it, stay.
+process maps it and it is over a minute old (a stub maps its region as soon as it is
+launched), so a live server's regions, and those of one starting beside it, stay.
 """
 
 from __future__ import annotations
