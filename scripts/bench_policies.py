@@ -123,6 +123,11 @@ ABLATIONS = (
     Setup("fixed_pace", "(a) b_SLA at the fixed allowance", {"env": {"SPECBATCH_B_SLA_PACE": "allowance"}}),
     Setup("slack_pace", "(a) b_SLA at its rows' pace", {"env": {"SPECBATCH_B_SLA_PACE": "slack"}}),
     Setup(
+        "slack_above_allowance",
+        "(a) b_SLA at its rows' pace, never tighter than the allowance",
+        {"env": {"SPECBATCH_B_SLA_PACE": "slack_above_allowance"}},
+    ),
+    Setup(
         "late_twice",
         "(a) late rows steered to twice their budget",
         {"env": {"SPECBATCH_SLA_LATE_BUDGETS": "2"}},

@@ -27,8 +27,11 @@ admission decisions, taken per instance whenever it reports its state:
   two where it could run more in time), and counts a long prompt of the mix too, as it
   would start on arrival (two standard deviations above the mean predicted length), so
   that the pace does not drift, while short rows run, past what the long prompts still
-  arriving can afford; ``"allowance"`` holds it to the allowance always (Algorithm 2 as
-  written).
+  arriving can afford; ``"slack_above_allowance"`` holds it to that pace, the long
+  prompt of the mix counted, but never to one tighter than the allowance: short rows
+  that all afford more run more of them, and a row that started late does not shrink
+  the batch below what the allowance runs (which slows every other row's start);
+  ``"allowance"`` holds it to the allowance always (Algorithm 2 as written).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
   ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus
@@ -122,7 +125,8 @@ from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
 
 ORDERS = ("least_slack", "multibin", "fcfs", "shortest_first")
-PACES = ("slack", "allowance_in_reach", "allowance")  # what b_SLA holds an instance to
+PACES = ("slack", "slack_above_allowance", "allowance_in_reach", "allowance")  # what b_SLA holds to
+SLACK_PACES = ("slack", "slack_above_allowance")  # the paces that count a long prompt of the mix
 UNBINNED = ("fcfs", "shortest_first")  # one queue, no capacity-sized bound
 PACE_TOLERANCE = 0.1  # b_SLA's band around its pace (ε_D), as a share of the pace
 LATE_BOUND_BUDGETS = 2.0  # a row that cannot make its finish budget still ends within this many
@@ -167,7 +171,8 @@ class AdmissionConfig:
     finish_per_token_s: float | None = None
     # b_SLA's pace: the allowance while one row alone reaches it, else what the running
     # rows can afford of their budgets ("allowance_in_reach"); the latter always
-    # ("slack"); the allowance always ("allowance")
+    # ("slack"); the latter, never tighter than the allowance ("slack_above_allowance");
+    # the allowance always ("allowance")
     b_sla_pace: str = "allowance_in_reach"
     # refuse a request that would push a queued prompt past the SLA it can still make
     keep_promises: bool = True
@@ -809,21 +814,24 @@ class AdmissionPolicy:
 
     def _pace_s(self, instance: _Instance) -> float:
         """Seconds a token b_SLA holds the instance to now: the tightest pace its running
-        rows (with ``b_sla_pace="slack"``, and a long prompt of the mix:
-        :meth:`_newcomer_paces_s`) can afford of their finish budgets and reach (no
-        faster than b_SLA's floor), within ``tpot_sla_s`` (see the module's docstring);
-        the SLA's per-token allowance before a row runs, always with ``"allowance"``,
-        and with ``"allowance_in_reach"`` while one row alone was measured to reach it."""
+        rows (with ``b_sla_pace`` ``"slack"`` or ``"slack_above_allowance"``, and a long
+        prompt of the mix: :meth:`_newcomer_paces_s`) can afford of their finish budgets
+        and reach (no faster than b_SLA's floor), within ``tpot_sla_s`` (see the
+        module's docstring), and with ``"slack_above_allowance"`` no tighter than the
+        allowance; the SLA's per-token allowance before a row runs, always with
+        ``"allowance"``, and with ``"allowance_in_reach"`` while one row alone was
+        measured to reach it."""
         cfg = self.config
         if not instance.running or self._holds_allowance(instance):
             return cfg.pace_s
         floor = None if instance.sla is None else instance.sla.floor_s
         affordable = [row.affordable_paces_s for row in instance.running.values()]
-        if cfg.b_sla_pace == "slack" and self._predicted.count:
+        if cfg.b_sla_pace in SLACK_PACES and self._predicted.count:
             affordable.append(self._newcomer_paces_s())
         reachable = [next((pace for pace in paces if pace >= (floor or 0.0)), None) for paces in affordable]
         saved = [pace for pace in reachable if pace is not None]
-        return min(cfg.tpot_sla_s, *saved) if saved else cfg.tpot_sla_s
+        pace = min(cfg.tpot_sla_s, *saved) if saved else cfg.tpot_sla_s
+        return max(pace, cfg.pace_s) if cfg.b_sla_pace == "slack_above_allowance" else pace
 
     def _holds_allowance(self, instance: _Instance) -> bool:
         """Whether b_SLA holds the instance to the SLA's per-token allowance (always with

@@ -569,6 +569,28 @@ def test_slack_pace_holds_a_row_that_started_late_to_a_pace_tighter_than_the_all
     assert admission.capacity("a").pace_s == pytest.approx((1.5 - 0.5 - 10 / 2000) / 100)
 
 
+def test_slack_above_allowance_lets_short_rows_run_at_the_pace_they_afford_as_slack_does():
+    grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="slack_above_allowance")
+    assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.1 - 10 / 2000) / 10)
+    held, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005)
+    assert grown >= 8 > held
+
+
+def test_slack_above_allowance_never_holds_a_late_row_to_a_pace_tighter_than_the_allowance():
+    # the row of the slack test above that started 0.5 s late affords 9.95 ms a token
+    _, admission = b_sla_after([100], 0.009, start_s=0.5, floor_s=0.005, b_sla_pace="slack_above_allowance")
+    assert admission.capacity("a").pace_s == pytest.approx(0.01)
+
+
+def test_slack_above_allowance_holds_short_rows_to_what_a_long_prompt_of_the_mix_affords():
+    rows = [200] + [10] * 7
+    _, admission = b_sla_after(rows, 0.03, floor_s=0.005, b_sla_pace="slack_above_allowance")
+    admission.finished("a", request(0, predicted=200), 200)
+    admission.report("a", InstanceLoad(running=7, blocks_total=1000, blocks_free=900, seconds_per_token=0.03))
+    long = float(np.mean(rows) + 2 * np.std(rows, ddof=1))
+    assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.01 * long - 10 / 2000) / long)
+
+
 def test_b_sla_lets_short_rows_run_at_the_pace_their_budgets_afford_when_the_allowance_is_out_of_reach():
     # one row alone ran at 20 ms a token: 10 ms is out of reach; ten tokens afford 60 ms
     grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.02)
