@@ -52,7 +52,8 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     to what its running rows can afford of their finish budgets, a row that cannot make
     its own steered to end within `sla_late_budgets` of it, else twice (`b_sla_pace`:
     `allowance_in_reach`; `slack`: the rows' pace, and a long prompt of the mix's,
-    wherever one row runs; `allowance`: the allowance always, Algorithm 2 as written). A request is
+    wherever one row runs; `slack_above_allowance`: that pace, never tighter than the
+    allowance; `allowance`: the allowance always, Algorithm 2 as written). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
     prompt that can still make its SLA past it; with `start_beside` (on), a prompt whose
     delay to the running rows (its prefill, and its steps at what one more row adds to a
