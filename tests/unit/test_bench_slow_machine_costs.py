@@ -27,3 +27,24 @@ def test_each_batch_size_runs_at_the_tokens_the_live_rows_committed_there():
 def test_a_prediction_without_per_batch_figures_is_refused_with_what_to_run():
     with pytest.raises(SystemExit, match="per-batch step figures"):
         live_step_costs({"live_costs": LIVE, "costs": {}})
+
+
+def test_the_table_shows_a_ratio_only_where_both_of_its_set_ups_ran():
+    from bench_slow_machine import table
+
+    def row(setup, goodput):
+        return {
+            "workload": "infobench",
+            "speed": 1.0,
+            "rate": 10.0,
+            "setup": setup,
+            "goodput_rps": goodput,
+            "refused": 0.0,
+            "e2e_over_sla_p99": 1.0,
+        }
+
+    setups = ["least_slack", "slack_above_allowance"]
+    text = table([row("least_slack", 8.0), row("slack_above_allowance", 10.0)], setups)
+    header, _, line = text.splitlines()
+    assert header.endswith("| never tighter / default |") and "slack pace / fixed" not in header
+    assert line.endswith("| 1.25 |")
