@@ -27,10 +27,11 @@ admission decisions, taken per instance whenever it reports its state:
   two where it could run more in time), and counts a long prompt of the mix too, as it
   would start on arrival (two standard deviations above the mean predicted length), so
   that the pace does not drift, while short rows run, past what the long prompts still
-  arriving can afford; ``"slack_above_allowance"`` holds it to that pace, the long
-  prompt of the mix counted, but never to one tighter than the allowance: short rows
-  that all afford more run more of them, and a row that started late does not shrink
-  the batch below what the allowance runs (which slows every other row's start);
+  arriving can afford; ``"slack_above_allowance"`` (the server's default) holds it to
+  that pace, the long prompt of the mix counted, but never to one tighter than the
+  allowance: short rows that all afford more run more of them, and a row that started
+  late does not shrink the batch below what the allowance runs (which slows every other
+  row's start);
   ``"allowance"`` holds it to the allowance always (Algorithm 2 as written).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
@@ -171,9 +172,9 @@ class AdmissionConfig:
     finish_per_token_s: float | None = None
     # b_SLA's pace: the allowance while one row alone reaches it, else what the running
     # rows can afford of their budgets ("allowance_in_reach"); the latter always
-    # ("slack"); the latter, never tighter than the allowance ("slack_above_allowance");
-    # the allowance always ("allowance")
-    b_sla_pace: str = "allowance_in_reach"
+    # ("slack"); the latter, never tighter than the allowance ("slack_above_allowance",
+    # the default); the allowance always ("allowance")
+    b_sla_pace: str = "slack_above_allowance"
     # refuse a request that would push a queued prompt past the SLA it can still make
     keep_promises: bool = True
     # past b_SLA's rows, start a prompt whose delay to the running rows fits in their slack

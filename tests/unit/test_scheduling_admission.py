@@ -341,7 +341,7 @@ def test_rows_past_their_budget_guard_the_slack_they_have_left_of_twice_it():
 def test_rows_are_priced_at_their_own_instances_pace_when_it_is_slower_than_the_fleets():
     # at 12 ms a token the long rows end at 2.405 s, 0.095 s within their budget; the
     # fleet's mean (a beside an idle instance b at 4 ms a token) would say 1.605 s
-    admission = b_sla_held_to_three_rows_running_them()
+    admission = b_sla_held_to_three_rows_running_them(b_sla_pace="allowance_in_reach")
     admission.add_instance("b", InstanceLoad(blocks_total=1000, blocks_free=1000, seconds_per_token=0.004))
     for _ in range(8):
         admission.report(
@@ -357,7 +357,7 @@ def test_held_to_the_allowance_a_row_past_its_budget_lets_nothing_start_beside_i
     # b_SLA holds the instance to the 10 ms allowance (no row alone was measured slower):
     # at 20 ms a token the long rows will end past their budget, so the instance runs
     # slower than its pace, and a prompt started beside them would only slow it more
-    admission = b_sla_held_to_three_rows_running_them()
+    admission = b_sla_held_to_three_rows_running_them(b_sla_pace="allowance_in_reach")
     slowed_to(admission, 0.02)
     assert admission.capacity("a").pace_s == pytest.approx(0.01)
     with pytest.raises(QueueFullError, match="start too late"):
@@ -554,11 +554,11 @@ def test_slack_pace_lets_short_rows_run_at_the_pace_they_afford_though_one_row_r
     assert grown == unmeasured >= 8
 
 
-def test_b_sla_holds_to_the_allowance_by_default_while_one_row_reaches_it_whatever_rows_afford():
-    held, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005)
+def test_allowance_in_reach_holds_to_the_allowance_while_one_row_reaches_it_whatever_rows_afford():
+    held, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="allowance_in_reach")
     assert admission.capacity("a").pace_s == pytest.approx(0.01)
     fixed, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="allowance")
-    unmeasured, _ = b_sla_after([10] * 8, 0.03)
+    unmeasured, _ = b_sla_after([10] * 8, 0.03, b_sla_pace="allowance_in_reach")
     assert held == fixed == unmeasured < 8
 
 
@@ -572,7 +572,7 @@ def test_slack_pace_holds_a_row_that_started_late_to_a_pace_tighter_than_the_all
 def test_slack_above_allowance_lets_short_rows_run_at_the_pace_they_afford_as_slack_does():
     grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="slack_above_allowance")
     assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.1 - 10 / 2000) / 10)
-    held, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005)
+    held, _ = b_sla_after([10] * 8, 0.03, floor_s=0.005, b_sla_pace="allowance_in_reach")
     assert grown >= 8 > held
 
 
@@ -934,7 +934,7 @@ def test_the_schedulers_parameters_choose_the_mode_and_switch_parts_off(tmp_path
     )
     assert built.flush_s == 0.25
     assert built.keep_promises, "on unless switched off"
-    assert (built.b_sla_pace, built.start_beside) == ("allowance_in_reach", True)
+    assert (built.b_sla_pace, built.start_beside) == ("slack_above_allowance", True)
     assert (built.pace_window_steps, built.beside_slowdown) == (1, False)
     env = {
         "SPECBATCH_KEEP_PROMISES": "off",

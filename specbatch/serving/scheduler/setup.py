@@ -47,13 +47,14 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     `b_mem`, `b_sla` and `deadline_shedding` (on by default) switch one part off.
     A prompt's SLA: its first token within `sla_ttft_ms`, its last within
     `sla_finish_base_ms` + its tokens x `sla_finish_per_token_ms` (0: `sla_ttft_ms` and
-    `sla_tpot_ms`); b_SLA holds each instance's pace to the tighter of `sla_tpot_ms`
-    and `sla_finish_per_token_ms` a token, and where one row alone runs slower than that,
-    to what its running rows can afford of their finish budgets, a row that cannot make
-    its own steered to end within `sla_late_budgets` of it, else twice (`b_sla_pace`:
-    `allowance_in_reach`; `slack`: the rows' pace, and a long prompt of the mix's,
-    wherever one row runs; `slack_above_allowance`: that pace, never tighter than the
-    allowance; `allowance`: the allowance always, Algorithm 2 as written). A request is
+    `sla_tpot_ms`); b_SLA holds each instance's pace to what its running rows and a long
+    prompt of the mix can afford of their finish budgets, but never to one tighter than
+    the allowance, the tighter of `sla_tpot_ms` and `sla_finish_per_token_ms` a token
+    (`b_sla_pace`: `slack_above_allowance`); where one row alone runs slower than the
+    allowance, to what its running rows afford, a row that cannot make its own steered to
+    end within `sla_late_budgets` of it, else twice (`allowance_in_reach`: that, else the
+    allowance; `slack`: the rows' pace wherever one row runs, tighter than the allowance
+    too; `allowance`: the allowance always, Algorithm 2 as written). A request is
     refused when it would start too late for its SLA, or (`keep_promises`) push a queued
     prompt that can still make its SLA past it; with `start_beside` (on), a prompt whose
     delay to the running rows (its prefill, and its steps at what one more row adds to a
@@ -80,7 +81,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             memory_aware=smart and settings.switch("b_mem", True),
             sla_aware=smart and settings.switch("b_sla", True),
             shed_deadlines=smart and settings.switch("deadline_shedding", True),
-            b_sla_pace=settings.raw("b_sla_pace", "allowance_in_reach"),
+            b_sla_pace=settings.raw("b_sla_pace", "slack_above_allowance"),
             keep_promises=settings.switch("keep_promises", True),
             start_beside=settings.switch("start_beside", True),
             late_budgets=settings.number("sla_late_budgets", 1.5),
