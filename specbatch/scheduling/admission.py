@@ -31,8 +31,8 @@ admission decisions, taken per instance whenever it reports its state:
   that pace, the long prompt of the mix counted, but never to one tighter than the
   allowance: short rows that all afford more run more of them, and a row that started
   late does not shrink the batch below what the allowance runs (which slows every other
-  row's start);
-  ``"allowance"`` holds it to the allowance always (Algorithm 2 as written).
+  row's start); ``"allowance"`` holds it to the allowance always (Algorithm 2 as
+  written).
 - **whom**: one order over the whole queue, least slack first, slack being the time
   left before the prompt's SLA (first token within ``ttft_sla_s``; finish within
   ``finish_base_s`` plus its tokens at ``finish_per_token_s``; or the client's own deadline) minus
