@@ -582,15 +582,6 @@ def test_slack_above_allowance_never_holds_a_late_row_to_a_pace_tighter_than_the
     assert admission.capacity("a").pace_s == pytest.approx(0.01)
 
 
-def test_slack_above_allowance_holds_short_rows_to_what_a_long_prompt_of_the_mix_affords():
-    rows = [200] + [10] * 7
-    _, admission = b_sla_after(rows, 0.03, floor_s=0.005, b_sla_pace="slack_above_allowance")
-    admission.finished("a", request(0, predicted=200), 200)
-    admission.report("a", InstanceLoad(running=7, blocks_total=1000, blocks_free=900, seconds_per_token=0.03))
-    long = float(np.mean(rows) + 2 * np.std(rows, ddof=1))
-    assert admission.capacity("a").pace_s == pytest.approx((0.5 + 0.01 * long - 10 / 2000) / long)
-
-
 def test_b_sla_lets_short_rows_run_at_the_pace_their_budgets_afford_when_the_allowance_is_out_of_reach():
     # one row alone ran at 20 ms a token: 10 ms is out of reach; ten tokens afford 60 ms
     grown, admission = b_sla_after([10] * 8, 0.03, floor_s=0.02)
@@ -614,12 +605,13 @@ def test_b_sla_holds_an_instance_to_the_pace_of_its_tightest_row_and_lets_go_whe
     assert admission.capacity("a").b_sla >= 7 > shrunk
 
 
-def test_slack_pace_holds_short_rows_to_the_pace_a_long_prompt_of_the_mix_affords():
+@pytest.mark.parametrize("b_sla_pace", ["slack", "slack_above_allowance"])
+def test_slack_paces_hold_short_rows_to_the_pace_a_long_prompt_of_the_mix_affords(b_sla_pace):
     # the queue has seen one 200-token prompt in eight: two standard deviations above
     # the mean, a prompt of 33.75 + 2 x 67.2 = 168 tokens, which affords 13 ms a token
     # ((0.5 s + 1.68 s) / 168, less its prefill); the 10-token rows alone afford 60 ms
     rows = [200] + [10] * 7
-    _, admission = b_sla_after(rows, 0.03, floor_s=0.005, b_sla_pace="slack")
+    _, admission = b_sla_after(rows, 0.03, floor_s=0.005, b_sla_pace=b_sla_pace)
     admission.finished("a", request(0, predicted=200), 200)
     admission.report("a", InstanceLoad(running=7, blocks_total=1000, blocks_free=900, seconds_per_token=0.03))
     long = float(np.mean(rows) + 2 * np.std(rows, ddof=1))
@@ -670,10 +662,14 @@ def test_an_instance_that_is_removed_hands_back_the_keys_it_was_running():
     assert admission.remove_instance("a") == ["x"]
 
 
-def _workload(rate: float, seconds: float, seed: int = 0) -> list[SimRequest]:
+def _workload(
+    rate: float, seconds: float, seed: int = 0, lengths: tuple[int, int] = (8, 120)
+) -> list[SimRequest]:
+    """Poisson arrivals of 30-token prompts answering ``lengths`` tokens (upper bound
+    excluded), each predicted within -20 % and +25 % of its length."""
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1.0 / rate, int(rate * seconds)))
-    lengths = rng.integers(8, 120, len(times))
+    lengths = rng.integers(*lengths, len(times))
     return [
         SimRequest(i, float(t), 30, int(n), float(n) * float(rng.uniform(0.8, 1.25)))
         for i, (t, n) in enumerate(zip(times, lengths, strict=True))
@@ -977,14 +973,8 @@ def _short_rows_met_and_refused(b_sla_pace: str) -> tuple[int, int]:
     """Requests served within 0.5 s + 10 ms a token, and refused, of 10 s of 8-32-token
     answers at 60 a second on two simulated instances where one row runs at 5.5 ms a
     token and each more row adds 1.5 ms to a step: the 10 ms allowance holds each to
-    four rows, where the rows' own budgets afford 25-60 ms a token."""
-    rng = np.random.default_rng(0)
-    times = np.cumsum(rng.exponential(1.0 / 60, 600))
-    lengths = rng.integers(8, 33, len(times))
-    requests = [
-        SimRequest(i, float(t), 30, int(n), float(n))
-        for i, (t, n) in enumerate(zip(times, lengths, strict=True))
-    ]
+    four rows, where the rows' own budgets afford 25-72 ms a token."""
+    requests = _workload(rate=60, seconds=10, lengths=(8, 33))
     config = AdmissionConfig(
         queue_limit=64,
         ttft_sla_s=2.0,
