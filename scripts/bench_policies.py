@@ -148,6 +148,7 @@ ABLATIONS = (
         {"env": {"SPECBATCH_PACE_WINDOW_STEPS": "64", "SPECBATCH_BESIDE_SLOWDOWN": "on"}},
     ),
     Setup("no_b_mem", "(a) without b_mem", {"env": {"SPECBATCH_B_MEM": "off"}}),
+    Setup("kv_peak", "(a) b_mem at the rows' peak", {"env": {"SPECBATCH_KV_RESERVATION": "peak"}}),
     Setup("no_shedding", "(a) without deadline shedding", {"env": {"SPECBATCH_DEADLINE_SHEDDING": "off"}}),
     Setup("one_bin", "(a) without bins (num_bins 1)", {"env": {"SPECBATCH_NUM_BINS": "1"}}),
     Setup(

@@ -7,6 +7,8 @@ admission decisions, taken per instance whenever it reports its state:
   blocks the instance reports free, less what the rows it already runs will still
   grow into (their predicted totals minus what they hold), less a CLT margin on the
   error of the length predictions (Algorithm 1 of Pang et al., on real blocks);
+  with ``kv_reservation="peak"`` the rows count at the most they hold at once as they
+  grow and leave at their predicted ends, not each at its final size (``kv_plan``);
   b_SLA is the feedback search of Algorithm 2 on the instance's measured seconds per
   token against the per-token pace the SLA allows every token (the tighter of
   ``tpot_sla_s`` and ``finish_per_token_s``). Algorithm 2 assumes a smaller batch
@@ -119,6 +121,7 @@ from statistics import NormalDist
 from specbatch.scheduling.bins import BinBoundaries
 from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
 from specbatch.scheduling.errors import DuplicateRequestError, PolicyConfigError, UnknownWorkerError
+from specbatch.scheduling.kv_plan import KV_RESERVATIONS, KvPlan, KvRow
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.scheduling.pace_window import RecentPaces
 from specbatch.scheduling.placement import PLACEMENTS, LengthAffinity
@@ -191,6 +194,9 @@ class AdmissionConfig:
     # a start beside the rows is charged at the instance's slowdown now (its cycle over
     # the mean step of its batch size), not at its counters' means alone
     beside_slowdown: bool = False
+    # b_mem counts every row at its final size ("ends", Algorithm 1) or the most its rows
+    # hold at once as they grow and leave at their predicted ends ("peak"; kv_plan.py)
+    kv_reservation: str = "ends"
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -199,6 +205,10 @@ class AdmissionConfig:
             raise PolicyConfigError(f"b_sla_pace must be one of {PACES}, got {self.b_sla_pace!r}")
         if self.placement not in PLACEMENTS:
             raise PolicyConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.kv_reservation not in KV_RESERVATIONS:
+            raise PolicyConfigError(
+                f"kv_reservation must be one of {KV_RESERVATIONS}, got {self.kv_reservation!r}"
+            )
         if min(self.num_bins, self.queue_limit, self.max_rows, self.pace_window_steps) < 1:
             raise PolicyConfigError(
                 "num_bins, queue_limit, max_rows and pace_window_steps must be at least 1"
@@ -273,6 +283,7 @@ class _AdmittedRow:
     need: float  # KV tokens it will hold at its end: input + predicted
     # the seconds a token it can run at and end within each of the config's promised_budgets
     affordable_paces_s: tuple[float, ...]
+    steps_at_start: int  # the instance's committing steps when it started
     beside: _BesideCharge | None = None  # started past b_SLA's rows
 
 
@@ -631,7 +642,12 @@ class AdmissionPolicy:
     ) -> None:
         del self._queued[request.request_id]
         instance.running[request.request_id] = _AdmittedRow(
-            request, now_s, self._need(request), self._affordable_paces_s(request, now_s), beside
+            request,
+            now_s,
+            self._need(request),
+            self._affordable_paces_s(request, now_s),
+            instance.load.batch_steps.committed_steps,
+            beside,
         )
         self._prefix_holders.sent(request.prefix_keys, name)
 
@@ -666,7 +682,8 @@ class AdmissionPolicy:
         steps_now = instance.load.batch_steps.committed_steps
         smoothing = instance.load.pace_smoothing
         budget_s = slack_s - sum(r.beside.unmeasured_s(steps_now, smoothing) for r in rows if r.beside)
-        headroom = self._headroom(instance) - self._mix_need()
+        plan = self._kv_plan(instance)
+        mix = self._mix_row()
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
         token_s = self._beside_token_s(instance)
         slowdown = self._slowdown(instance)
@@ -681,12 +698,12 @@ class AdmissionPolicy:
             charge = _BesideCharge(self._prefill_s(request) * slowdown, steps_s * slowdown, steps_now)
             cost_s = charge.prefill_s + charge.steps_s
             own_slack_s = self._slack(request, now_s, tpot)
-            need = self._need(request)
             if cost_s > budget_s or own_slack_s < 0:
                 continue
-            if need + self._margin(instance.rows + len(picked) + 1) > headroom:
+            row = self._kv_row(request)
+            if not plan.fits((row, *mix), self._margin(instance.rows + len(picked) + 1)):
                 continue
-            headroom -= need
+            plan.take(row)
             budget_s = min(budget_s - cost_s, own_slack_s)
             picked.append((request, charge))
         return picked
@@ -732,7 +749,8 @@ class AdmissionPolicy:
         instance = self._instances[home]
         if self._row_cap(instance) <= instance.rows:
             return True
-        return self._need(request) + self._margin(instance.rows + 1) > self._headroom(instance)
+        plan = self._kv_plan(instance)
+        return not plan.fits((self._kv_row(request),), self._margin(instance.rows + 1))
 
     @property
     def _starts_beside(self) -> bool:
@@ -769,18 +787,18 @@ class AdmissionPolicy:
         self, instance: _Instance, candidates: list[QueuedRequest], room: int
     ) -> list[QueuedRequest]:
         """Up to ``room`` of the candidates, in their order, whose KV fits the instance's
-        headroom with the CLT margin; first come first served stops at the first misfit."""
-        headroom = self._headroom(instance)
+        cache with the CLT margin; first come first served stops at the first misfit."""
+        plan = self._kv_plan(instance)
         chosen: list[QueuedRequest] = []
         for request in candidates:
             if len(chosen) == room:
                 break
-            need = self._need(request)
-            if need + self._margin(instance.rows + len(chosen) + 1) > headroom:
+            row = self._kv_row(request)
+            if not plan.fits((row,), self._margin(instance.rows + len(chosen) + 1)):
                 if self.config.order != "least_slack":
                     break  # the head of the order is not overtaken
                 continue
-            headroom -= need
+            plan.take(row)
             chosen.append(request)
         return chosen
 
@@ -881,19 +899,52 @@ class AdmissionPolicy:
             return request.input_tokens + 1
         return request.input_tokens + request.predicted_tokens
 
-    def _mix_need(self) -> float:
-        """KV tokens a prompt of the mix holds at its end: the means of the prompts queued
-        so far (none before the first, or without b_mem)."""
+    def _mix_row(self) -> tuple[KvRow, ...]:
+        """A prompt of the mix as b_mem counts it started now: the means of the prompts
+        queued so far (none before the first, or without b_mem)."""
         if not self.config.memory_aware or self._predicted.count == 0:
-            return 0.0
-        return self._inputs.mean + self._predicted.mean
+            return ()
+        if self._plans_peak:
+            return (KvRow(self._inputs.mean, self._predicted.mean),)
+        return (KvRow(self._inputs.mean + self._predicted.mean, 0.0),)
 
-    def _headroom(self, instance: _Instance) -> float:
-        """Tokens free on the instance, less what its rows (and rows sent but not yet started)
-        will still grow into."""
+    @property
+    def _plans_peak(self) -> bool:
+        return self.config.memory_aware and self.config.kv_reservation == "peak"
+
+    def _kv_row(self, request: QueuedRequest) -> KvRow:
+        """A prompt started now as b_mem counts it: its prompt held, its predicted tokens
+        to come; or, counted at its end, all of it held (``_need``) from now."""
+        if self._plans_peak:
+            return KvRow(request.input_tokens, request.predicted_tokens)
+        return KvRow(self._need(request), 0.0)
+
+    def _kv_plan(self, instance: _Instance) -> KvPlan:
+        """The instance's cache with its rows (and rows sent but not yet started) as b_mem
+        counts them. Counted at their ends, each row holds its final size from now, and
+        what the instance holds beyond those sizes is held by something else. Counted at
+        the peak, a row holds its prompt and the tokens it made since it started and
+        grows by its predicted tokens left; what the instance holds beyond the rows'
+        tokens is held by something else (cached prefixes). The rows of an instance step
+        together, so what a row made is the instance's committing steps since it started
+        times the tokens a row commits a step: counted in steps, not in seconds at the
+        pace now, which would put a row's end sooner than it comes whenever the steps ran
+        slower before."""
         load = instance.load
-        growth = max(0.0, sum(row.need for row in instance.running.values()) - load.held_tokens)
-        return load.free_tokens - growth
+        admitted = instance.running.values()
+        if not self._plans_peak:
+            rows = [KvRow(row.need, 0.0) for row in admitted]
+            other = max(0.0, load.held_tokens - sum(row.held for row in rows))
+            return KvPlan(load.total_tokens, other, 1, rows)
+        steps = load.batch_steps
+        rows = []
+        for row in admitted:
+            predicted = row.request.predicted_tokens
+            made = (steps.committed_steps - row.steps_at_start) * steps.tokens_per_row_step
+            made = min(predicted, max(0.0, made))
+            rows.append(KvRow(row.request.input_tokens + made, predicted - made))
+        other = max(0.0, load.held_tokens - sum(row.held for row in rows))
+        return KvPlan(load.total_tokens, other, load.block_size, rows)
 
     def _margin(self, rows: int) -> float:
         """CLT margin on the summed error of ``rows`` length predictions."""

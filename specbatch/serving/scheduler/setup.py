@@ -63,7 +63,9 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     committing steps (1, the default: its pace now), and with `beside_slowdown` (off) a start
     beside them at how much slower than its counters' means the instance runs now.
     `placement`: `least_loaded`, or `length_affine` (each instance starts the prompts of
-    its own range of predicted lengths, spilling over when their home cannot)."""
+    its own range of predicted lengths, spilling over when their home cannot).
+    `kv_reservation`: b_mem counts each row at its final size (`ends`, Algorithm 1) or
+    the most the rows hold at once as they grow and leave at their predicted ends (`peak`)."""
     order = settings.raw("admission", "least_slack")
     smart = order not in UNBINNED
     sla = build_sla(settings)
@@ -88,6 +90,7 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
             placement=settings.raw("placement", "least_loaded"),
             pace_window_steps=settings.integer("pace_window_steps", 1),
             beside_slowdown=settings.switch("beside_slowdown", False),
+            kv_reservation=settings.raw("kv_reservation", "ends"),
             eps_mem=settings.number("eps_mem", 0.05),
             max_predicted_tokens=float(settings.integer("max_tokens_cap", 1024)),
             prefix_affinity_rows=settings.integer("prefix_affinity_rows", 2) if smart else -1,

@@ -1,0 +1,100 @@
+"""b_mem's arithmetic: rows counted at their ends (Algorithm 1) or at the peak they reach."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbatch.scheduling import PolicyConfigError, QueuedRequest
+from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
+from specbatch.scheduling.kv_plan import KvPlan, KvRow
+from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.simulate.continuous import ContinuousSimulator, SimInstance, SimRequest, StepCosts
+
+
+def test_the_peak_comes_where_a_row_leaves_with_the_rows_still_running():
+    plan = KvPlan(total_tokens=1000, other_tokens=0, rows=[KvRow(100, 10), KvRow(100, 300)])
+    # at step 10 both hold 110 (220); at step 300 the long one alone holds 400
+    assert plan.peak_tokens() == 400
+    # a row of 50 adding 350: at step 300 the long row holds 400 and it 350
+    assert plan.peak_tokens((KvRow(50, 350),)) == 750
+
+
+def test_rows_counted_at_their_ends_sum_their_final_sizes():
+    plan = KvPlan(total_tokens=1000, other_tokens=40, rows=[KvRow(110, 0), KvRow(400, 0)])
+    assert plan.peak_tokens() == 550
+    assert plan.fits((KvRow(440, 0),), margin=10)
+    assert not plan.fits((KvRow(441, 0),), margin=10)
+
+
+def test_each_running_row_is_rounded_up_to_whole_blocks():
+    plan = KvPlan(total_tokens=1000, other_tokens=0, block_size=16, rows=[KvRow(20, 0), KvRow(20, 0)])
+    assert plan.peak_tokens() == 40 + 2 * 15
+
+
+def test_an_unknown_reservation_is_refused():
+    with pytest.raises(PolicyConfigError):
+        AdmissionConfig(kv_reservation="never")
+
+
+def request(key, arrival=0.0, predicted=10, input_tokens=10) -> QueuedRequest:
+    return QueuedRequest(key, predicted, input_tokens, arrival)
+
+
+def beside_a_short_row(kv_reservation: str, predicted: int) -> list:
+    """What a 320-token cache starts beside a row of 20 prompt tokens asking 40, 0.2 s
+    after it started at 10 ms a token (10 ms of prefill, then 19 tokens made: 3 blocks
+    held): a prompt of 20 tokens asking ``predicted``."""
+    admission = AdmissionPolicy(AdmissionConfig(sla_aware=False, kv_reservation=kv_reservation))
+    admission.add_instance("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16))
+    admission.enqueue(request("short", predicted=40, input_tokens=20))
+    assert len(admission.admit("a", 0.0)) == 1
+    held = InstanceLoad(running=1, blocks_total=20, blocks_free=17, block_size=16, seconds_per_token=0.01)
+    admission.report("a", held)
+    admission.enqueue(request("long", arrival=0.2, predicted=predicted, input_tokens=20))
+    return [r.request_id for r in admission.admit("a", 0.2)]
+
+
+def test_counted_at_the_peak_a_long_row_starts_beside_a_short_one_it_outlasts():
+    # ends: 60 + 270 = 330 > 320; peak: the long row alone at its end, 270 + 15 of
+    # rounding and the 9 tokens of the short row's last block beyond its own
+    assert beside_a_short_row("ends", 250) == []
+    assert beside_a_short_row("peak", 250) == ["long"]
+
+
+def test_counted_at_the_peak_a_row_that_would_outgrow_the_cache_waits():
+    # 20 + 290 + 15 + 9 = 334 > 320
+    assert beside_a_short_row("peak", 290) == []
+
+
+def _memory_bound(kv_reservation: str) -> tuple[int, int]:
+    """Requests served, and the fewest KV tokens ever left free, of 20 s of Poisson
+    arrivals at 6 a second on two simulated instances of 1,024 tokens each, half the
+    prompts asking 300 tokens and half 20-60, predicted exactly."""
+    rng = np.random.default_rng(3)
+    times = np.cumsum(rng.exponential(1 / 6, 120))
+    lengths = np.where(rng.random(len(times)) < 0.5, 300, rng.integers(20, 61, len(times)))
+    pairs = enumerate(zip(times, lengths, strict=True))
+    requests = [SimRequest(i, float(t), 24, int(n), float(n)) for i, (t, n) in pairs]
+    config = AdmissionConfig(queue_limit=256, ttft_sla_s=2.0, tpot_sla_s=0.1, kv_reservation=kv_reservation)
+    lowest_free = []
+
+    class Watched(AdmissionPolicy):
+        def report(self, name: str, load: InstanceLoad) -> None:
+            lowest_free.append(load.blocks_free * load.block_size)
+            super().report(name, load)
+
+    simulator = ContinuousSimulator(
+        lambda: Watched(config),
+        [SimInstance(kv_tokens=1024, block_size=16, max_rows=32)] * 2,
+        StepCosts(base_s=0.01, per_row_s=0.001, per_prefill_token_s=0.0),
+    )
+    outcomes = simulator.run(requests)
+    return sum(o.status == "served" for o in outcomes), min(lowest_free)
+
+
+def test_under_the_simulators_clock_the_peak_runs_more_rows_and_never_fills_the_cache():
+    ends_served, _ = _memory_bound("ends")
+    peak_served, peak_free = _memory_bound("peak")
+    assert peak_served > ends_served
+    assert peak_free > 0, "the rows never outgrew the cache: a real instance would not preempt"
