@@ -7,8 +7,11 @@ back to back while it has rows, each step lasting
 running row one token (under speculation, the mean tokens a row commits per step at that
 many rows). Rows join and leave at step boundaries. After every step the
 instance reports its load to the same `AdmissionPolicy` object the server runs, on a
-virtual clock, and the policy decides who starts next; where the policy's order changes
-with time alone (its ``next_wakeup_s``), an idle instance asks again then.
+virtual clock, and after every arrival and report the policy decides who starts where,
+as the server's scheduler does (``admit_spread``); a row sent to a stepping instance
+joins at its next boundary, and one decided on an instance's own report a step later
+(:class:`ContinuousSimulator`). Where the policy's order changes with time alone (its
+``next_wakeup_s``), it decides again then.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class _Row:
 class _InstanceState:
     spec: SimInstance
     rows: list[_Row] = field(default_factory=list)
+    joining: list[_Row] = field(default_factory=list)  # sent while it stepped: join at the next step
     stepping: bool = False
     last_step_s: float = 0.0
     tokens_last_step: float = 1.0
@@ -111,6 +115,7 @@ class _InstanceState:
         per_token = self.last_step_s / self.tokens_last_step
         return InstanceLoad(
             running=len(self.rows),
+            waiting=len(self.joining),
             blocks_total=total,
             blocks_free=max(0, total - self.held_blocks()),
             block_size=self.spec.block_size,
@@ -122,22 +127,34 @@ class _InstanceState:
 
 
 class ContinuousSimulator:
-    """Runs a list of requests through instances and a fresh policy from ``make_policy``."""
+    """Runs a list of requests through instances and a fresh policy from ``make_policy``.
+
+    Decisions are taken as the live scheduler takes them: after every arrival and every
+    step report, one ``admit_spread`` over all instances. A row sent to an idle instance
+    starts at once; one sent to a stepping instance joins at its next step boundary. With
+    ``lagged_dispatch`` (the live server's order), an instance reporting a step goes on
+    with its next step before the decision on that report reaches it, so a row started in
+    the place of one that just ended joins a step later: live, the scheduler hears of the
+    end from another process while the engine steps on. Without it, the decision comes
+    before the next step, as if the scheduler ran inside the engine's loop."""
 
     def __init__(
         self,
         make_policy: Callable[[], AdmissionPolicy],
         instances: Sequence[SimInstance] = (SimInstance(), SimInstance()),
         costs: StepCosts = StepCosts(),
+        lagged_dispatch: bool = True,
     ) -> None:
         self._make_policy = make_policy
         self._instances = list(instances)
         self._costs = costs
+        self._lagged_dispatch = lagged_dispatch
 
     def run(self, requests: Sequence[SimRequest]) -> list[SimOutcome]:
         policy = self._make_policy()
         states = [_InstanceState(spec) for spec in self._instances]
         names = [f"instance{i}" for i in range(len(states))]
+        index_of = {name: i for i, name in enumerate(names)}
         for name, state in zip(names, states, strict=True):
             policy.add_instance(name, state.load())
         outcomes = {r.request_id: SimOutcome(r) for r in requests}
@@ -147,30 +164,31 @@ class ContinuousSimulator:
         ]
         heapq.heapify(events)
         by_id = {r.request_id: r for r in requests}
-
-        def start_rows(index: int, now: float) -> None:
-            for outcome in _shed(policy, now, outcomes):
-                outcome.status = "shed"
-            state = states[index]
-            chosen = policy.admit(names[index], now)
-            prefill = 0
-            for queued in chosen:
-                outcome = outcomes[queued.request_id]
-                outcome.instance = index
-                state.rows.append(_Row(outcome, queued))
-                prefill += queued.input_tokens
-            if state.rows and not state.stepping:
-                state.stepping = True
-                state.step_prefill = prefill
-                duration = self._costs.step_s(len(state.rows), prefill)
-                heapq.heappush(events, (now + duration, next(order), "step", index))
-
         wakeups: set[float] = set()
 
-        def start_idle(now: float) -> None:
-            for index in range(len(states)):
-                if not states[index].stepping:
-                    start_rows(index, now)
+        def begin_step(index: int, now: float) -> None:
+            """The instance's next step, over its rows and those sent to it since its last."""
+            state = states[index]
+            state.step_prefill = sum(row.queued.input_tokens for row in state.joining)
+            state.rows.extend(state.joining)
+            state.joining.clear()
+            state.stepping = bool(state.rows)
+            if state.stepping:
+                duration = self._costs.step_s(len(state.rows), state.step_prefill)
+                heapq.heappush(events, (now + duration, next(order), "step", index))
+
+        def schedule(now: float) -> None:
+            for outcome in _shed(policy, now, outcomes):
+                outcome.status = "shed"
+            for name, chosen in policy.admit_spread(now).items():
+                index = index_of[name]
+                state = states[index]
+                for queued in chosen:
+                    outcome = outcomes[queued.request_id]
+                    outcome.instance = index
+                    state.joining.append(_Row(outcome, queued))
+                if not state.stepping:
+                    begin_step(index, now)
             wake = policy.next_wakeup_s(now)  # e.g. a multibin bin's flush: no event brings it
             if wake is not None and wake not in wakeups and any(not s.stepping for s in states):
                 wakeups.add(wake)
@@ -180,7 +198,7 @@ class ContinuousSimulator:
             now, _, kind, subject = heapq.heappop(events)
             if kind == "wake":
                 wakeups.discard(now)
-                start_idle(now)
+                schedule(now)
                 continue
             if kind == "arrive":
                 request = by_id[subject]
@@ -196,10 +214,9 @@ class ContinuousSimulator:
                 except QueueFullError:
                     outcomes[subject].status = "rejected"
                     continue
-                start_idle(now)
+                schedule(now)
                 continue
             state = states[subject]
-            state.stepping = False
             finished = []
             tokens = self._costs.tokens(len(state.rows))
             for row in state.rows:
@@ -220,9 +237,14 @@ class ContinuousSimulator:
                 state.rows.remove(row)
                 policy.finished(names[subject], row.queued, row.outcome.request.output_tokens)
             policy.report(names[subject], state.load())
-            start_rows(subject, now)
-            if not state.rows:
-                start_idle(now)
+            if self._lagged_dispatch:
+                begin_step(subject, now)
+                schedule(now)
+            else:
+                state.stepping = False
+                schedule(now)
+                if not state.stepping:
+                    begin_step(subject, now)
         for outcome in _shed(policy, math.inf, outcomes):
             outcome.status = "shed"
         return [outcomes[r.request_id] for r in requests]
