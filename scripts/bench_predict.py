@@ -515,7 +515,11 @@ def _fresh(admission: AdmissionPolicy) -> AdmissionPolicy:
 
 
 def rankings(rows: list[dict]) -> list[dict]:
-    """Per workload and load: the set-ups in order of measured and of predicted goodput."""
+    """Per workload and load: the set-ups in order of measured and of predicted goodput,
+    and the pairs of set-ups the run decides (measured goodputs more than ``TOLERANCE``
+    apart) with how many of them the simulator orders the same. Two set-ups closer than
+    that swap places between runs of the same cell, and a simulator within ``TOLERANCE``
+    of every row may order them either way: the full order can only match by chance."""
     cells: dict[tuple[str, float], list[dict]] = {}
     for row in rows:
         if row["phase"] == "load":
@@ -524,6 +528,16 @@ def rankings(rows: list[dict]) -> list[dict]:
     for (workload, load), members in sorted(cells.items()):
         measured = [r["setup"] for r in sorted(members, key=lambda r: -r["measured_goodput_rps"])]
         predicted = [r["setup"] for r in sorted(members, key=lambda r: -r["predicted_goodput_rps"])]
+        decided = same = 0
+        for index, first in enumerate(members):
+            for second in members[index + 1 :]:
+                low, high = sorted((first["measured_goodput_rps"], second["measured_goodput_rps"]))
+                if high <= low * (1 + TOLERANCE):
+                    continue
+                decided += 1
+                measured_gap = first["measured_goodput_rps"] - second["measured_goodput_rps"]
+                predicted_gap = first["predicted_goodput_rps"] - second["predicted_goodput_rps"]
+                same += measured_gap * predicted_gap > 0
         out.append(
             {
                 "workload": workload,
@@ -531,6 +545,8 @@ def rankings(rows: list[dict]) -> list[dict]:
                 "measured": measured,
                 "predicted": predicted,
                 "same": measured == predicted,
+                "decided_pairs": decided,
+                "decided_same": same,
             }
         )
     return out
@@ -562,14 +578,23 @@ def table(rows: list[dict], ranks: list[dict]) -> str:
         f"live instances' step costs, {offline} of {len(rows)} from the offline fit's (both at each "
         "row's machine speed).",
         "",
-        "| workload | load | measured order | predicted order | same |",
-        "|---|---|---|---|---|",
+        "| workload | load | measured order | predicted order | same | pairs more than "
+        f"{TOLERANCE:.0%} apart, ordered the same |",
+        "|---|---|---|---|---|---|",
     ]
     for r in ranks:
         lines.append(
             f"| {r['workload']} | {r['load']:g}× | {', '.join(r['measured'])} | {', '.join(r['predicted'])} "
-            f"| {'yes' if r['same'] else '**no**'} |"
+            f"| {'yes' if r['same'] else '**no**'} | {r['decided_same']} of {r['decided_pairs']} |"
         )
+    decided = sum(r["decided_pairs"] for r in ranks)
+    same = sum(r["decided_same"] for r in ranks)
+    lines += [
+        "",
+        f"Same order at {sum(r['same'] for r in ranks)} of {len(ranks)} cells; of the pairs of set-ups "
+        f"the run decides (measured goodputs more than {TOLERANCE:.0%} apart), {same} of {decided} "
+        "ordered the same.",
+    ]
     return "\n".join(lines)
 
 
