@@ -748,6 +748,7 @@ class Engine:
             batch_steps=self._batch_steps.totals(),
             preemptions=self._preemptions,
             max_rows=self.max_rows,
+            lookahead_slots=MAX_LOOKAHEAD,
             prefill_seconds_per_token=self._prefill_seconds_per_token(),
             prefix_hit_tokens=prefixes.hit_tokens,
             prefix_miss_tokens=prefixes.miss_tokens,

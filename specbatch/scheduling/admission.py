@@ -925,17 +925,19 @@ class AdmissionPolicy:
         what the instance holds beyond those sizes is held by something else. Counted at
         the peak, a row holds its prompt and the tokens it made since it started and
         grows by its predicted tokens left; what the instance holds beyond the rows'
-        tokens is held by something else (cached prefixes). The rows of an instance step
-        together, so what a row made is the instance's committing steps since it started
-        times the tokens a row commits a step: counted in steps, not in seconds at the
-        pace now, which would put a row's end sooner than it comes whenever the steps ran
-        slower before."""
+        tokens is held by something else (cached prefixes). Each row also takes the rest
+        of its last block and the slots a speculative step grows it by (``lookahead_slots``):
+        a cache filled to the rows' tokens alone turns speculation off. The rows of an
+        instance step together, so what a row made is the instance's committing steps
+        since it started times the tokens a row commits a step: counted in steps, not in
+        seconds at the pace now, which would put a row's end sooner than it comes whenever
+        the steps ran slower before."""
         load = instance.load
         admitted = instance.running.values()
         if not self._plans_peak:
             rows = [KvRow(row.need, 0.0) for row in admitted]
             other = max(0.0, load.held_tokens - sum(row.held for row in rows))
-            return KvPlan(load.total_tokens, other, 1, rows)
+            return KvPlan(load.total_tokens, other, 0.0, rows)
         steps = load.batch_steps
         rows = []
         for row in admitted:
@@ -944,7 +946,7 @@ class AdmissionPolicy:
             made = min(predicted, max(0.0, made))
             rows.append(KvRow(row.request.input_tokens + made, predicted - made))
         other = max(0.0, load.held_tokens - sum(row.held for row in rows))
-        return KvPlan(load.total_tokens, other, load.block_size, rows)
+        return KvPlan(load.total_tokens, other, load.block_size - 1 + load.lookahead_slots, rows)
 
     def _margin(self, rows: int) -> float:
         """CLT margin on the summed error of ``rows`` length predictions."""

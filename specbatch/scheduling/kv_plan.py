@@ -12,7 +12,9 @@ at once, and refuses rows a first-come batcher would run without a preemption.
 step from what it holds now, leaving at its predicted end (LightLLM's past-future
 admission carries the same idea). The peak comes at a step where a row leaves, so it is
 the largest, over the rows in the order they end, of what the rows still running hold
-then.
+then. Where the peak leaves no room for the slots a speculative step grows each row by,
+the engine steps plain (``lookahead_slots`` in the instance's load): each row counts
+with them.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ class KvRow:
 @dataclass
 class KvPlan:
     """An instance's KV cache as admission plans it: its size in tokens, tokens held by
-    no row admission tracks (cached prefixes), and its rows. ``block_size`` rounds each
-    running row up to whole blocks, as the cache allocates them."""
+    no row admission tracks (cached prefixes), and its rows. Each running row takes
+    ``row_slack_tokens`` more than its tokens: the rest of its last block, and the slots
+    a speculative step grows it by before it knows how many it keeps."""
 
     total_tokens: float
     other_tokens: float
-    block_size: int = 1
+    row_slack_tokens: float = 0.0
     rows: list[KvRow] = field(default_factory=list)
 
     def peak_tokens(self, extra: tuple[KvRow, ...] = ()) -> float:
@@ -48,7 +51,7 @@ class KvPlan:
         running = len(rows)
         peak = 0.0
         for row in rows:
-            peak = max(peak, held + running * (row.remaining + self.block_size - 1))
+            peak = max(peak, held + running * (row.remaining + self.row_slack_tokens))
             held -= row.held
             running -= 1
         return self.other_tokens + peak

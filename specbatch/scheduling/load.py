@@ -147,6 +147,9 @@ class InstanceLoad:
     batch_steps: BatchStepTotals = field(default_factory=BatchStepTotals)
     preemptions: int = 0
     max_rows: int = 64
+    # slots past its tokens a row is grown by for a speculative step (the largest K): the
+    # KV room speculation needs beside the tokens themselves; without it the step is plain
+    lookahead_slots: int = 0
     # seconds one prompt token costs to prefill (0 until measured): admission counts
     # prompt-heavy work in what it costs, not in rows
     prefill_seconds_per_token: float = 0.0

@@ -8,7 +8,7 @@ import pytest
 from specbatch.scheduling import PolicyConfigError, QueuedRequest
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
 from specbatch.scheduling.kv_plan import KvPlan, KvRow
-from specbatch.scheduling.load import InstanceLoad
+from specbatch.scheduling.load import BatchStepCounter, InstanceLoad
 from specbatch.scheduling.simulate.continuous import ContinuousSimulator, SimInstance, SimRequest, StepCosts
 
 
@@ -27,9 +27,9 @@ def test_rows_counted_at_their_ends_sum_their_final_sizes():
     assert not plan.fits((KvRow(441, 0),), margin=10)
 
 
-def test_each_running_row_is_rounded_up_to_whole_blocks():
-    plan = KvPlan(total_tokens=1000, other_tokens=0, block_size=16, rows=[KvRow(20, 0), KvRow(20, 0)])
-    assert plan.peak_tokens() == 40 + 2 * 15
+def test_each_running_row_takes_its_slack_beside_its_tokens():
+    plan = KvPlan(total_tokens=1000, other_tokens=0, row_slack_tokens=23, rows=[KvRow(20, 0), KvRow(20, 0)])
+    assert plan.peak_tokens() == 40 + 2 * 23
 
 
 def test_an_unknown_reservation_is_refused():
@@ -41,15 +41,25 @@ def request(key, arrival=0.0, predicted=10, input_tokens=10) -> QueuedRequest:
     return QueuedRequest(key, predicted, input_tokens, arrival)
 
 
-def beside_a_short_row(kv_reservation: str, predicted: int) -> list:
-    """What a 320-token cache starts beside a row of 20 prompt tokens asking 40, 0.2 s
-    after it started at 10 ms a token (10 ms of prefill, then 19 tokens made: 3 blocks
-    held): a prompt of 20 tokens asking ``predicted``."""
+def beside_a_short_row(kv_reservation: str, predicted: int, lookahead_slots: int = 0) -> list:
+    """What a 320-token cache starts beside a row of 20 prompt tokens asking 40, after
+    19 steps of one token (3 blocks held): a prompt of 20 tokens asking ``predicted``."""
     admission = AdmissionPolicy(AdmissionConfig(sla_aware=False, kv_reservation=kv_reservation))
     admission.add_instance("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16))
     admission.enqueue(request("short", predicted=40, input_tokens=20))
     assert len(admission.admit("a", 0.0)) == 1
-    held = InstanceLoad(running=1, blocks_total=20, blocks_free=17, block_size=16, seconds_per_token=0.01)
+    counter = BatchStepCounter()
+    for _ in range(19):
+        counter.record(1, 1, 0, 0.01)
+    held = InstanceLoad(
+        running=1,
+        blocks_total=20,
+        blocks_free=17,
+        block_size=16,
+        seconds_per_token=0.01,
+        batch_steps=counter.totals(),
+        lookahead_slots=lookahead_slots,
+    )
     admission.report("a", held)
     admission.enqueue(request("long", arrival=0.2, predicted=predicted, input_tokens=20))
     return [r.request_id for r in admission.admit("a", 0.2)]
@@ -65,6 +75,12 @@ def test_counted_at_the_peak_a_long_row_starts_beside_a_short_one_it_outlasts():
 def test_counted_at_the_peak_a_row_that_would_outgrow_the_cache_waits():
     # 20 + 290 + 15 + 9 = 334 > 320
     assert beside_a_short_row("peak", 290) == []
+
+
+def test_counted_at_the_peak_each_row_keeps_the_slots_a_speculative_step_grows_it_by():
+    # 20 + 270 + 15 + 8 + 9 = 322 > 320: the engine would step it plain
+    assert beside_a_short_row("peak", 270) == ["long"]
+    assert beside_a_short_row("peak", 270, lookahead_slots=8) == []
 
 
 def _memory_bound(kv_reservation: str) -> tuple[int, int]:
