@@ -263,15 +263,13 @@ class _BesideCharge:
 
     prefill_s: float
     steps_s: float
-    steps_at_start: int  # the instance's committing steps when it started
 
-    def unmeasured_s(self, steps_now: int, pace_smoothing: float) -> float:
-        """The part of the charge the instance's measured pace does not show, its
-        committing steps now at ``steps_now``: the rows' slack is reckoned at that pace,
-        which takes in the delay of each step run since (each weighs ``pace_smoothing``
-        in it) but not a stall it has moved past."""
-        steps = max(0, steps_now - self.steps_at_start)
-        return self.prefill_s + self.steps_s * (1.0 - pace_smoothing) ** steps
+    def unmeasured_s(self, steps_since: int, pace_smoothing: float) -> float:
+        """The part of the charge the instance's measured pace does not show,
+        ``steps_since`` committing steps after the prompt started: the rows' slack is
+        reckoned at that pace, which takes in the delay of each step run since (each
+        weighs ``pace_smoothing`` in it) but not a stall it has moved past."""
+        return self.prefill_s + self.steps_s * (1.0 - pace_smoothing) ** max(0, steps_since)
 
 
 @dataclass(frozen=True)
@@ -681,7 +679,9 @@ class AdmissionPolicy:
         slack_s = min(self._row_slack(row, now_s, tpot, keeps_late) for row in rows)
         steps_now = instance.load.batch_steps.committed_steps
         smoothing = instance.load.pace_smoothing
-        budget_s = slack_s - sum(r.beside.unmeasured_s(steps_now, smoothing) for r in rows if r.beside)
+        budget_s = slack_s - sum(
+            r.beside.unmeasured_s(steps_now - r.steps_at_start, smoothing) for r in rows if r.beside
+        )
         plan = self._kv_plan(instance)
         mix = self._mix_row()
         most = min(spare, min(cfg.max_rows, instance.load.max_rows) - instance.rows)
@@ -695,7 +695,7 @@ class AdmissionPolicy:
                 steps_s = request.predicted_tokens * tpot
             else:
                 steps_s = max(request.predicted_tokens, 1.0) * token_s
-            charge = _BesideCharge(self._prefill_s(request) * slowdown, steps_s * slowdown, steps_now)
+            charge = _BesideCharge(self._prefill_s(request) * slowdown, steps_s * slowdown)
             cost_s = charge.prefill_s + charge.steps_s
             own_slack_s = self._slack(request, now_s, tpot)
             if cost_s > budget_s or own_slack_s < 0:
