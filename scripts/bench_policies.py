@@ -31,11 +31,13 @@ batching preempts, long outputs; (a) and (b) only, preemptions from the schedule
 `specbatch_preemptions` gauges). Ablations run on `infobench`, and on another workload
 where --only names them.
 
-The capacity of a set-up is the rate at which it completes requests under sustained
-overload; loads are multiples of (c)'s capacity (in `memory`: 1.0, 1.5 and 2.0x (b)'s), measured in the
-same run, and `mixed` also runs (a) at 2x its own capacity (prompt-heavy overload; the
-ablations of (a) named with --only at the same rate). One
-tritonserver per set-up and workload serves, in this order, a warm-up, its capacity
+The capacity of a set-up is the highest rate it keeps up with: a probe overloads it
+first (its completions per second under overload), then that rate is offered again and
+raised while the set-up keeps up (refuses at most 5 %, its last arrivals no later against
+their SLA than its first); loads are multiples of (c)'s capacity (in `memory`: 1.0, 1.5
+and 2.0x (b)'s), measured in the same run, and `mixed` also runs (a) at 2x its own
+capacity (prompt-heavy overload; the ablations of (a) named with --only at the same
+rate). One tritonserver per set-up and workload serves, in this order, a warm-up, its capacity
 probe and the loads in ascending order. With --rounds N every cell runs N times on
 fresh arrivals (the same for every set-up in a round), round by round with every
 set-up's server up and their order rotated each round, so that the shared machine's
@@ -168,6 +170,15 @@ REFUSED_KEEPING_UP = 0.05  # a capacity probe refusing at most this share of its
 # a probe refusing more is saturated unless it completed this many times what the probe at
 # half its rate did: completions still rising with the offered rate are not a plateau
 PLATEAU_GAIN = 1.25
+# the sustained rate: searched upward from the completions under overload in steps of this
+# factor, at most SUSTAINED_STEPS probes
+SUSTAINED_STEP = 1.25
+SUSTAINED_STEPS = 3
+# a probe keeps up while the lateness (end to end over SLA) of its last third of arrivals
+# stays within this factor, plus LATENESS_SLACK, of its first third's: a queue that grows
+# over the probe shows as lateness that grows with the arrival time
+LATENESS_GROWTH = 1.5
+LATENESS_SLACK = 0.1
 OVERLOAD_SEED_OFFSET = 3  # the overload's arrivals: seed + 3 (probes + 1, (c)'s sweep + 2)
 ROUND_SEED_STRIDE = 100  # round r's arrivals: seed + 100 r, clear of those offsets
 QUICK = {"duration": 12.0, "sweep_duration": 8.0, "capacity_probe_s": 10.0, "drain": 90.0}
@@ -396,6 +407,7 @@ def summarise(
         return record["e2e_s"] / e2e_sla_s(arrivals[record["id"]], args)
 
     span = max([arrivals[-1].at_s] + [r["done_s"] for r in served])
+    thirds = [[lateness(r) for r in served if r["id"] * 3 // len(arrivals) == third] for third in (0, 2)]
     met = [r for r in served if meets_sla(r["ttft_s"], r["e2e_s"], arrivals[r["id"]], args)]
     refusals = refusal_delays(arrivals, records)
     return {
@@ -415,6 +427,8 @@ def summarise(
         "ttft_p95_s": percentile([r["ttft_s"] for r in served], 95),
         "e2e_p99_s": percentile([r["e2e_s"] for r in served], 99),
         "e2e_over_sla_p99": percentile([lateness(r) for r in served], 99),
+        "lateness_first_third": percentile(thirds[0], 50),
+        "lateness_last_third": percentile(thirds[1], 50),
         "refusal_p99_s": percentile(refusals, 99),
         "input_tokens": sum(r["input_tokens"] for r in served),
         "first_error": next((r["error"] for r in records if r["id"] is None), ""),
@@ -640,6 +654,34 @@ class Session:
         return row
 
     def capacity(self, workload: ServedWorkload, rate: float) -> dict:
+        """The highest rate the set-up keeps up with: the overload probe (:meth:`overload`),
+        then, where it saturated, its completions per second offered again and raised by
+        SUSTAINED_STEP while the set-up :func:`keeps_up`, below the overload's rate. Under
+        overload a set-up can complete fewer requests a second than it sustains: (c)'s
+        static batches fill to their maximum and each is held by its longest row, and
+        first-come batching preempts when the KV cache fills. On 452538d (c) completed
+        4.88 req/s on `mixed` under a 10 req/s probe and then met every SLA at 5.86 req/s,
+        "1.2x its capacity"; (b) on `memory` met every SLA at "1.0x" its own. A load
+        named a multiple of capacity that does not load the set-up measures nothing."""
+        overload = self.overload(workload, rate)
+        capacity = {**overload, "capacity_rps": overload["throughput_rps"], "sustained": []}
+        if not overload["saturated"]:
+            return capacity
+        candidate = overload["throughput_rps"]
+        for _ in range(SUSTAINED_STEPS):
+            if candidate >= overload["rate"]:
+                break
+            arrivals = workload.build(candidate, self.args.capacity_probe_s, self.args.seed + 1)
+            row = self.run("sustained", candidate, arrivals)
+            kept = keeps_up(row)
+            capacity["sustained"].append({"rate": candidate, "kept_up": kept, **probe_summary(row)})
+            if not kept:
+                break
+            capacity["capacity_rps"] = candidate
+            candidate *= SUSTAINED_STEP
+        return capacity
+
+    def overload(self, workload: ServedWorkload, rate: float) -> dict:
         """Completed requests per second under sustained overload: a probe at ``rate``,
         doubled while the set-up keeps up (:func:`saturated`), at most --probe-doublings
         times; the best probe's throughput."""
@@ -683,6 +725,25 @@ def saturated(
     return previous is not None and row["throughput_rps"] < PLATEAU_GAIN * previous["throughput_rps"]
 
 
+def keeps_up(row: dict) -> bool:
+    """Whether the set-up kept up with a probe's rate: it refused at most
+    REFUSED_KEEPING_UP of it, and the requests that arrived last were not later against
+    their SLA than the first ones (LATENESS_GROWTH, LATENESS_SLACK). The first third
+    starts on an idle server, so the factor leaves room for the queue a steady load
+    keeps; a rate past what the set-up completes adds the whole backlog of the probe's
+    first two thirds to the last one's lateness."""
+    if row["errors"] > REFUSED_KEEPING_UP * row["offered"]:
+        return False
+    early, late = row["lateness_first_third"], row["lateness_last_third"]
+    return late <= LATENESS_GROWTH * early + LATENESS_SLACK
+
+
+def probe_summary(row: dict) -> dict:
+    """What the capacity table shows of a probe."""
+    keys = ("completed", "offered", "errors", "throughput_rps", "lateness_first_third", "lateness_last_third")
+    return {key: row[key] for key in keys}
+
+
 def sweep_triton(workload: ServedWorkload, args: argparse.Namespace, into: Path) -> tuple[list[dict], dict]:
     """Capacity of the shipped setting, then every setting of the grid at that rate; the
     best goodput wins (then throughput)."""
@@ -695,7 +756,7 @@ def sweep_triton(workload: ServedWorkload, args: argparse.Namespace, into: Path)
         try:
             if probe is None:
                 probe = session.capacity(workload, args.capacity_probe_rate)
-            rate = probe["throughput_rps"]
+            rate = probe["capacity_rps"]
             arrivals = workload.build(rate, args.sweep_duration, args.seed + 2)
             row = session.run("sweep", rate, arrivals, load=1.0)
         finally:
@@ -797,9 +858,9 @@ def run_workload(
                     probe = session.capacity(workload, max(rate, args.capacity_probe_rate))
                     result["capacities"][setup.name] = probe
                     if setup.name == workload.reference:
-                        reference = probe["throughput_rps"]
+                        reference = probe["capacity_rps"]
             if turn.load is None:
-                rate = PROMPT_HEAVY_LOAD * result["capacities"]["least_slack"]["throughput_rps"]
+                rate = PROMPT_HEAVY_LOAD * result["capacities"]["least_slack"]["capacity_rps"]
                 seed = arrival_seed(args, turn.round, OVERLOAD_SEED_OFFSET)
                 arrivals = workload.build(rate, args.duration, seed)
                 row = session.run("overload", rate, arrivals, PROMPT_HEAVY_LOAD)
@@ -949,15 +1010,20 @@ def sweep_table(rows: list[dict]) -> str:
 
 def capacity_table(result: dict) -> str:
     lines = [
-        "| set-up | capacity req/s | probe offered req/s | completed | refused | saturated |",
-        "|---|---|---|---|---|---|",
+        "| set-up | capacity req/s | overload probe: offered req/s | completed | refused | completed req/s "
+        "| saturated | sustained probes: req/s offered (late/early lateness, kept up) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for probe in result["capacities"].values():
-        offered = probe["rate"]
+        sustained = ", ".join(
+            f"{p['rate']:.2f} ({number(p['lateness_last_third'])}/{number(p['lateness_first_third'])}, "
+            f"{'yes' if p['kept_up'] else 'no'})"
+            for p in probe["sustained"]
+        )
         lines.append(
-            f"| {probe['label']} | {probe['throughput_rps']:.2f} | {offered:.2f} "
-            f"| {probe['completed']}/{probe['offered']} "
-            f"| {probe['errors']} | {'yes' if probe['saturated'] else 'no (a lower bound)'} |"
+            f"| {probe['label']} | {probe['capacity_rps']:.2f} | {probe['rate']:.2f} "
+            f"| {probe['completed']}/{probe['offered']} | {probe['errors']} | {probe['throughput_rps']:.2f} "
+            f"| {'yes' if probe['saturated'] else 'no (a lower bound)'} | {sustained or '—'} |"
         )
     return "\n".join(lines)
 

@@ -132,7 +132,7 @@ def main() -> None:
     setup = next(s for s in bp.SETUPS if s.name == cli.setup)
     session = bp.Session(setup, f"profile-{setup.name}", workload.env, args)
     try:
-        rate = cli.rate or bp.PROMPT_HEAVY_LOAD * session.capacity(workload, 10.0)["throughput_rps"]
+        rate = cli.rate or bp.PROMPT_HEAVY_LOAD * session.capacity(workload, 10.0)["capacity_rps"]
         arrivals = workload.build(rate, args.duration, bp.arrival_seed(args, 0, bp.OVERLOAD_SEED_OFFSET))
         samples: list = []
         stop = threading.Event()

@@ -7,17 +7,20 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from bench_policies import (
     ServedWorkload,
+    Session,
     Setup,
     TimedRequest,
     Turn,
     by_length,
     chosen_setups,
+    keeps_up,
     plan,
     reference_first,
     saturated,
@@ -201,3 +204,93 @@ def test_a_capacity_probe_is_saturated_by_a_backlog_or_refusals_where_completion
     )
     assert saturated(probe(errors=0, span_s=16.0), arrivals, args), "6 s to drain: past half the probe"
     assert not saturated(probe(errors=0, span_s=14.9), arrivals, args)
+
+
+def test_a_probe_keeps_up_while_its_last_arrivals_are_no_later_than_its_first():
+    """Lateness (end to end over SLA) of the last third of arrivals against the first:
+    a queue growing over the probe fails it, as does refusing more than a burst."""
+    arrivals = [TimedRequest(0.1 * (i + 1), "p", 50) for i in range(90)]  # SLA 1.0 s each
+    args = argparse.Namespace(sla_ttft_s=2.0, sla_base_s=0.5, sla_per_token_s=0.01)
+
+    def row(e2e_of: Callable[[float], float], refused: int = 0) -> dict:
+        served = [
+            {
+                "id": i,
+                "ttft_s": 0.1,
+                "e2e_s": e2e_of(a.at_s),
+                "done_s": a.at_s + e2e_of(a.at_s),
+                "input_tokens": 10,
+                "output_tokens": 50,
+                "instance": "qwen3_specdec_0",
+            }
+            for i, a in enumerate(arrivals[refused:], refused)
+        ]
+        errors = [{"id": None, "error": "refused", "error_s": a.at_s} for a in arrivals[:refused]]
+        return summarise(A, 9.0, arrivals, errors + served, args)
+
+    steady = row(lambda at: 0.4 + 0.05 * (int(at * 10) % 3))
+    assert steady["lateness_first_third"] == 0.45 and steady["lateness_last_third"] == 0.45
+    assert keeps_up(steady)
+    assert keeps_up(row(lambda at: 0.4 if at < 3 else 0.7)), "0.7 <= 1.5 x 0.4 + 0.1: a steady load's queue"
+    growing = row(lambda at: 0.4 + 0.2 * at)  # a backlog of 0.2 s per second of arrivals
+    assert growing["lateness_last_third"] > 1.5 * growing["lateness_first_third"] + 0.1
+    assert not keeps_up(growing)
+    assert keeps_up(row(lambda at: 0.4, refused=4)), "4 of 90 refused: a burst"
+    assert not keeps_up(row(lambda at: 0.4, refused=5)), "5 of 90: more than 5 %"
+
+
+class ModelledServer(Session):
+    """A set-up whose probes are answered by a model of the rate: ``overload_rps`` when
+    a probe saturates it, and kept up with below ``sustains_rps``."""
+
+    def __init__(self, overload_rps: float, sustains_rps: float) -> None:
+        self.args = argparse.Namespace(
+            capacity_probe_s=10.0, probe_doublings=2, seed=0, sla_base_s=0.5, sla_per_token_s=0.01
+        )
+        self.overload_rps, self.sustains_rps, self.offered = overload_rps, sustains_rps, []
+
+    def run(self, phase: str, rate: float, arrivals: list, load: float | None = None) -> dict:
+        self.offered.append((phase, round(rate, 3)))
+        kept = rate <= self.sustains_rps
+        completed = rate if kept else self.overload_rps
+        return {
+            "rate": rate,
+            "offered": len(arrivals),
+            "completed": len(arrivals),
+            "errors": 0,
+            "span_s": arrivals[-1].at_s + (0.5 if kept else len(arrivals) / completed - arrivals[-1].at_s),
+            "throughput_rps": completed,
+            "lateness_first_third": 0.4,
+            "lateness_last_third": 0.5 if kept else 2.0,
+        }
+
+
+def test_capacity_is_the_highest_rate_kept_up_with_not_the_completions_under_overload():
+    """A static batcher completes 5 req/s under a 10 req/s probe but keeps up with 7:
+    the search from 5 keeps up at 5 and 6.25, not at 7.81, so its capacity is 6.25."""
+    workload = ServedWorkload(
+        "w",
+        "w",
+        lambda rate, d, seed: [TimedRequest(i / rate, "p", 16) for i in range(int(rate * d))],
+        (),
+        "triton_batching",
+    )
+    batcher = ModelledServer(overload_rps=5.0, sustains_rps=7.0)
+    probe = batcher.capacity(workload, 10.0)
+    assert batcher.offered == [
+        ("capacity", 10.0),
+        ("sustained", 5.0),
+        ("sustained", 6.25),
+        ("sustained", 7.812),
+    ]
+    assert probe["throughput_rps"] == 5.0 and probe["capacity_rps"] == 6.25
+    assert [p["kept_up"] for p in probe["sustained"]] == [True, True, False]
+
+    saturates_below = ModelledServer(overload_rps=5.0, sustains_rps=4.0)
+    probe = saturates_below.capacity(workload, 10.0)
+    assert probe["capacity_rps"] == 5.0, "not kept up with at its own completions: those stand"
+    assert saturates_below.offered == [("capacity", 10.0), ("sustained", 5.0)]
+
+    never_saturated = ModelledServer(overload_rps=50.0, sustains_rps=100.0)
+    probe = never_saturated.capacity(workload, 10.0)
+    assert probe["capacity_rps"] == 40.0 and not probe["saturated"] and probe["sustained"] == []
