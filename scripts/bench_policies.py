@@ -1117,7 +1117,7 @@ def report(results: list[dict], checks: list[dict]) -> str:
                 f"(c) at the best setting of the {best['workload']} sweep "
                 f"(max batch {best['max_batch_size']}, {best['delay_ms']} ms): not swept again.\n"
             )
-        parts.append("Capacities (completed req/s under sustained overload):\n")
+        parts.append("Capacities (the highest rate kept up with; completions under overload beside):\n")
         parts.append(capacity_table(w) + "\n")
         parts.append(
             f"Loads are multiples of {short_label(w['reference'])}'s capacity "
