@@ -19,6 +19,7 @@ from bench_policies import (
     TimedRequest,
     Turn,
     by_length,
+    capacity_table,
     chosen_setups,
     keeps_up,
     plan,
@@ -208,7 +209,8 @@ def test_a_capacity_probe_is_saturated_by_a_backlog_or_refusals_where_completion
 
 def test_a_probe_keeps_up_while_its_last_arrivals_are_no_later_than_its_first():
     """Lateness (end to end over SLA) of the last third of arrivals against the first:
-    a queue growing over the probe fails it, as does refusing more than a burst."""
+    a queue growing over the probe fails it, as do a backlog past the longest SLA and
+    refusing more than a burst."""
     arrivals = [TimedRequest(0.1 * (i + 1), "p", 50) for i in range(90)]  # SLA 1.0 s each
     args = argparse.Namespace(sla_ttft_s=2.0, sla_base_s=0.5, sla_per_token_s=0.01)
 
@@ -230,13 +232,16 @@ def test_a_probe_keeps_up_while_its_last_arrivals_are_no_later_than_its_first():
 
     steady = row(lambda at: 0.4 + 0.05 * (int(at * 10) % 3))
     assert steady["lateness_first_third"] == 0.45 and steady["lateness_last_third"] == 0.45
-    assert keeps_up(steady)
-    assert keeps_up(row(lambda at: 0.4 if at < 3 else 0.7)), "0.7 <= 1.5 x 0.4 + 0.1: a steady load's queue"
+    assert keeps_up(steady, arrivals, args)
+    assert keeps_up(row(lambda at: 0.4 if at < 3 else 0.7), arrivals, args), "0.7 <= 1.5 x 0.4 + 0.1"
     growing = row(lambda at: 0.4 + 0.2 * at)  # a backlog of 0.2 s per second of arrivals
     assert growing["lateness_last_third"] > 1.5 * growing["lateness_first_third"] + 0.1
-    assert not keeps_up(growing)
-    assert keeps_up(row(lambda at: 0.4, refused=4)), "4 of 90 refused: a burst"
-    assert not keeps_up(row(lambda at: 0.4, refused=5)), "5 of 90: more than 5 %"
+    assert not keeps_up(growing, arrivals, args)
+    behind_from_the_start = row(lambda at: 1.2)  # every answer 1.2 s: the last ends past its 1.0 s SLA
+    assert behind_from_the_start["lateness_last_third"] == behind_from_the_start["lateness_first_third"]
+    assert not keeps_up(behind_from_the_start, arrivals, args)
+    assert keeps_up(row(lambda at: 0.4, refused=4), arrivals, args), "4 of 90 refused: a burst"
+    assert not keeps_up(row(lambda at: 0.4, refused=5), arrivals, args), "5 of 90: more than 5 %"
 
 
 class ModelledServer(Session):
@@ -285,6 +290,9 @@ def test_capacity_is_the_highest_rate_kept_up_with_not_the_completions_under_ove
     ]
     assert probe["throughput_rps"] == 5.0 and probe["capacity_rps"] == 6.25
     assert [p["kept_up"] for p in probe["sustained"]] == [True, True, False]
+    [row] = capacity_table({"capacities": {"c": probe | {"label": "(c)"}}}).splitlines()[2:]
+    assert row.startswith("| (c) | 6.25 | 10.00 | 100/100 | 0 | 5.00 | yes | 5.00 (0.5, 0.50/0.40, yes), ")
+    assert row.endswith(", 7.81 (5.7, 2.00/0.40, no) |"), "78 requests at 5 a second: the last at 9.9 s"
 
     saturates_below = ModelledServer(overload_rps=5.0, sustains_rps=4.0)
     probe = saturates_below.capacity(workload, 10.0)
