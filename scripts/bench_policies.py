@@ -38,13 +38,13 @@ SLA after the last arrival, its last arrivals no later against their SLA than it
 first); loads are multiples of (c)'s capacity (in `memory`: 1.0, 1.5 and 2.0x (b)'s),
 measured in the same run, and `mixed` also runs (a) at 2x its own capacity
 (prompt-heavy overload; the ablations of (a) named with --only at the same rate). One
-tritonserver per set-up and workload serves, in this order, a warm-up, its capacity
-probe and the loads in ascending order. With --rounds N every cell runs N times on
-fresh arrivals (the same for every set-up in a round), round by round with every
-set-up's server up and their order rotated each round, so that the shared machine's
-slow spells fall on all set-ups alike; a target is then the median of its N per-round
-ratios, reported with each round's. A request meets its SLA when its first token
-comes within --sla-ttft-s and it ends within --sla-base-s + --sla-per-token-s x
+tritonserver per set-up and workload serves a warm-up and its capacity probe; a fresh
+one, warmed the same way, serves the loads in ascending order. With --rounds N every
+cell runs N times on fresh arrivals (the same for every set-up in a round), round by
+round with every set-up's server up and their order rotated each round, so that the
+shared machine's slow spells fall on all set-ups alike; a target is then the median of
+its N per-round ratios, reported with each round's. A request meets its SLA when its
+first token comes within --sla-ttft-s and it ends within --sla-base-s + --sla-per-token-s x
 max_tokens; goodput is requests meeting it per second. The scheduler is told that SLA
 (`sla_ttft_ms`, `sla_finish_base_ms`, `sla_finish_per_token_ms`), as a user holding it
 to one would tell it; Triton's batcher has no such setting. Writes JSON, a PNG per workload
@@ -598,6 +598,7 @@ class Session:
     """One tritonserver for one set-up: warmed, then runs phases one after another."""
 
     def __init__(self, setup: Setup, name: str, env: dict, args: argparse.Namespace) -> None:
+        self.spec = (setup, name, env)
         self.setup = Setup(setup.name, setup.label, {**setup.options, "env": server_env(setup, env, args)})
         self.args = args
         self.ensemble = setup.name != TRITON_BATCHING.name
@@ -700,6 +701,15 @@ class Session:
             rate *= 2
         return best | {"saturated": row["saturated"]}
 
+    def restarted(self) -> Session:
+        """This set-up on a fresh server, warmed as any: what a capacity probe leaves
+        behind (a scheduler's b_SLA interval, pace floor and running statistics pushed by
+        seconds of overload, the caches filled) is not carried into the cells that follow,
+        so a set-up that was probed serves its loads from the same start as one that was
+        not (the ablations)."""
+        self.close()
+        return Session(*self.spec, self.args)
+
     def close(self) -> None:
         self.process.stop()
 
@@ -762,6 +772,7 @@ def sweep_triton(workload: ServedWorkload, args: argparse.Namespace, into: Path)
         try:
             if probe is None:
                 probe = session.capacity(workload, args.capacity_probe_rate)
+                session = session.restarted()
             rate = probe["capacity_rps"]
             arrivals = workload.build(rate, args.sweep_duration, args.seed + 2)
             row = session.run("sweep", rate, arrivals, load=1.0)
@@ -865,6 +876,7 @@ def run_workload(
                     result["capacities"][setup.name] = probe
                     if setup.name == workload.reference:
                         reference = probe["capacity_rps"]
+                    session = sessions[setup.name] = session.restarted()
             if turn.load is None:
                 rate = PROMPT_HEAVY_LOAD * result["capacities"]["least_slack"]["capacity_rps"]
                 seed = arrival_seed(args, turn.round, OVERLOAD_SEED_OFFSET)

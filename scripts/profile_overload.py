@@ -132,7 +132,11 @@ def main() -> None:
     setup = next(s for s in bp.SETUPS if s.name == cli.setup)
     session = bp.Session(setup, f"profile-{setup.name}", workload.env, args)
     try:
-        rate = cli.rate or bp.PROMPT_HEAVY_LOAD * session.capacity(workload, 10.0)["capacity_rps"]
+        if cli.rate is None:
+            rate = bp.PROMPT_HEAVY_LOAD * session.capacity(workload, 10.0)["capacity_rps"]
+            session = session.restarted()  # as bench_policies serves its cells
+        else:
+            rate = cli.rate
         arrivals = workload.build(rate, args.duration, bp.arrival_seed(args, 0, bp.OVERLOAD_SEED_OFFSET))
         samples: list = []
         stop = threading.Event()
