@@ -661,7 +661,7 @@ class Session:
         SUSTAINED_STEP while the set-up :func:`keeps_up`, below the overload's rate. The
         first of those, at the completions themselves, raises nothing; the table reports
         whether the set-up kept up there, and where it did not, its capacity overstates
-        what it sustains (as (c)'s did on `infobench` on 9b6576b). Under
+        what it sustains (as (c)'s did on `infobench` in the run on aa5e2d1). Under
         overload a set-up can complete fewer requests a second than it sustains: (c)'s
         static batches fill to their maximum and each is held by its longest row, and
         first-come batching preempts when the KV cache fills. On 452538d (c) completed
