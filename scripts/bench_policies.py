@@ -679,7 +679,7 @@ class Session:
             arrivals = workload.build(candidate, self.args.capacity_probe_s, self.args.seed + 1)
             row = self.run("sustained", candidate, arrivals)
             kept = keeps_up(row, arrivals, self.args)
-            summary = {"rate": candidate, "kept_up": kept, "backlog_s": row["span_s"] - arrivals[-1].at_s}
+            summary = {"rate": candidate, "kept_up": kept, "backlog_s": backlog_s(row, arrivals)}
             capacity["sustained"].append(summary | probe_summary(row))
             if not kept:
                 break
@@ -717,6 +717,15 @@ class Session:
         self.process.stop()
 
 
+def backlog_s(row: dict, arrivals: list[TimedRequest]) -> float:
+    """Seconds a probe's work ran past its last arrival."""
+    return row["span_s"] - arrivals[-1].at_s
+
+
+def longest_sla_s(arrivals: list[TimedRequest], args: argparse.Namespace) -> float:
+    return max(e2e_sla_s(arrival, args) for arrival in arrivals)
+
+
 def saturated(
     row: dict, arrivals: list[TimedRequest], args: argparse.Namespace, previous: dict | None = None
 ) -> bool:
@@ -731,9 +740,7 @@ def saturated(
     9.3, 17.1 and 31.2 req/s; in the next run 5 of 98 at 10 req/s put its capacity at
     9.2 req/s, and its "2x capacity" overload was no overload. A first probe that refuses
     is judged by the next, at twice its rate."""
-    backlog_s = row["span_s"] - arrivals[-1].at_s
-    keeps_up_s = max(0.5 * args.capacity_probe_s, max(e2e_sla_s(a, args) for a in arrivals))
-    if backlog_s > keeps_up_s:
+    if backlog_s(row, arrivals) > max(0.5 * args.capacity_probe_s, longest_sla_s(arrivals, args)):
         return True
     if row["errors"] <= REFUSED_KEEPING_UP * row["offered"]:
         return False
@@ -751,7 +758,7 @@ def keeps_up(row: dict, arrivals: list[TimedRequest], args: argparse.Namespace) 
     third (a batch grown to its limit within a second) leaves a backlog at the end."""
     if row["errors"] > REFUSED_KEEPING_UP * row["offered"]:
         return False
-    if row["span_s"] - arrivals[-1].at_s > max(e2e_sla_s(a, args) for a in arrivals):
+    if backlog_s(row, arrivals) > longest_sla_s(arrivals, args):
         return False
     early, late = row["lateness_first_third"], row["lateness_last_third"]
     return late <= LATENESS_GROWTH * early + LATENESS_SLACK
