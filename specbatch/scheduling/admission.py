@@ -64,7 +64,7 @@ admission decisions, taken per instance whenever it reports its state:
   refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
   only miss its SLA and make the ones behind it miss theirs. So is a request that would
   start too late for its SLA, each queued prompt (in the least-slack order) taking the
-  first of the instances' row slots to free up; and, with ``keep_promises``, one that
+  first of the instances' row slots to free up once b_mem has room for it; and, with ``keep_promises``, one that
   would push a queued prompt that can still make its SLA past it. A queued prompt whose
   client deadline can no longer be met is shed early instead of taking a slot.
 - **past b_SLA's rows** (``start_beside``, on by default): b_SLA's search only grows
@@ -121,7 +121,7 @@ from statistics import NormalDist
 from specbatch.scheduling.bins import BinBoundaries
 from specbatch.scheduling.dynamic import RunningStats, SlaBatchController
 from specbatch.scheduling.errors import DuplicateRequestError, PolicyConfigError, UnknownWorkerError
-from specbatch.scheduling.kv_plan import KV_RESERVATIONS, KvPlan, KvRow
+from specbatch.scheduling.kv_plan import KV_RESERVATIONS, KvForecast, KvPlan, KvRow
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.scheduling.pace_window import RecentPaces
 from specbatch.scheduling.placement import PLACEMENTS, LengthAffinity
@@ -428,16 +428,23 @@ class AdmissionPolicy:
         start, as many as b_SLA's lower bound lets it keep. b_SLA moves within its bounds
         as it searches, and a start promised on its midpoint breaks when it shrinks; with
         the lower bound, fewer admitted prompts end late and more are served in time under
-        overload (docs/BENCHMARKS_HISTORY.md, "Admission that refuses by predicted start times")."""
-        slots: list[float] = []
-        for instance in self._instances.values():
-            ends = sorted(
-                max(now_s, row.start_s + self._service_s(row.request, tpot))
-                for row in instance.running.values()
-            )
+        overload (docs/BENCHMARKS_HISTORY.md, "Admission that refuses by predicted start times").
+        With b_mem, a slot starts its prompt only once the instance's KV cache has room for
+        it (:class:`KvForecast`), and waits for the next row to leave until then: where
+        memory binds, a freed slot does not fit the next long prompt, and starts counted
+        in slots alone admit prompts that then wait for memory past their SLA."""
+        slots: list[tuple[float, int, str]] = []  # (when it frees up, tie-break, instance)
+        forecasts: dict[str, KvForecast] = {}
+        for name, instance in self._instances.items():
+            running = instance.running.values()
+            ends = [max(now_s, row.start_s + self._service_s(row.request, tpot)) for row in running]
             cap = self._row_cap(instance)
             kept = cap if instance.sla is None else min(cap, max(instance.sla.b_low, 1))
-            slots.extend([now_s] * max(cap - len(ends), 0) + ends[max(len(ends) - kept, 0) :])
+            frees = [now_s] * max(cap - len(ends), 0) + sorted(ends)[max(len(ends) - kept, 0) :]
+            slots.extend((start_s, len(slots), name) for start_s in frees)
+            if self.config.memory_aware:
+                leaves = [max(end_s, now_s + tpot) for end_s in ends]  # one overrunning its prediction
+                forecasts[name] = KvForecast(self._kv_plan(instance), leaves, now_s, tpot)
         if not slots:  # no instance may run a row: nothing starts
             return {request.request_id: math.inf for request in requests}
         heapq.heapify(slots)
@@ -449,8 +456,8 @@ class AdmissionPolicy:
         lost: list[tuple[float, int]] = []
         taken: set[int] = set()
         starts = {}
-        for _ in requests:
-            start_s = heapq.heappop(slots)
+        while len(taken) < len(requests):
+            start_s, tie, name = heapq.heappop(slots)
             while by_promotion and by_promotion[0][0] <= start_s:
                 index = heapq.heappop(by_promotion)[1]
                 heapq.heappush(promoted, (requests[index].arrival_s, index))
@@ -463,9 +470,18 @@ class AdmissionPolicy:
             if index is None:  # every prompt not taken is in by_latest or in lost
                 index = _first_untaken(lost, taken)
             request = requests[index]
+            forecast = forecasts.get(name)
+            end_s = start_s + self._service_s(request, tpot)
+            if forecast is not None:
+                row = self._kv_row(request)
+                room_s = forecast.first_room_s(row, start_s, self._margin)
+                if room_s > start_s:  # the slot waits for a row to leave
+                    heapq.heappush(slots, (room_s, tie, name))
+                    continue
+                forecast.add(row, start_s + self._prefill_s(request), end_s)
             taken.add(index)
             starts[request.request_id] = start_s
-            heapq.heappush(slots, start_s + self._service_s(request, tpot))
+            heapq.heappush(slots, (end_s, tie, name))
         return starts
 
     def requeue(self, request: QueuedRequest) -> None:
@@ -787,14 +803,18 @@ class AdmissionPolicy:
         self, instance: _Instance, candidates: list[QueuedRequest], room: int
     ) -> list[QueuedRequest]:
         """Up to ``room`` of the candidates, in their order, whose KV fits the instance's
-        cache with the CLT margin; first come first served stops at the first misfit."""
+        cache with the CLT margin; first come first served stops at the first misfit. An
+        idle instance starts the first whatever it needs: its engine refuses a prompt its
+        cache cannot hold (a clear error to that client), where waiting for room that never
+        comes would leave the prompt queued for ever."""
         plan = self._kv_plan(instance)
         chosen: list[QueuedRequest] = []
         for request in candidates:
             if len(chosen) == room:
                 break
             row = self._kv_row(request)
-            if not plan.fits((row,), self._margin(instance.rows + len(chosen) + 1)):
+            rows = instance.rows + len(chosen)
+            if rows and not plan.fits((row,), self._margin(rows + 1)):
                 if self.config.order != "least_slack":
                     break  # the head of the order is not overtaken
                 continue

@@ -14,11 +14,13 @@ admission carries the same idea). The peak comes at a step where a row leaves, s
 the largest, over the rows in the order they end, of what the rows still running hold
 then. Where the peak leaves no room for the slots a speculative step grows each row by,
 the engine steps plain (``lookahead_slots`` in the instance's load): each row counts
-with them.
+with them. :class:`KvForecast` runs the same arithmetic forward in time for the queue's
+predicted starts: a freed row slot starts its prompt only once the cache has room for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 KV_RESERVATIONS = ("ends", "peak")
@@ -62,3 +64,52 @@ class KvPlan:
 
     def take(self, row: KvRow) -> None:
         self.rows.append(row)
+
+
+@dataclass(frozen=True)
+class _TimedRow:
+    """A row of a forecast: ``row`` as held at ``from_s``, growing a token every
+    ``s_per_token`` seconds from then until its remaining tokens are made, gone at ``end_s``."""
+
+    row: KvRow
+    from_s: float
+    end_s: float
+
+
+class KvForecast:
+    """An instance's KV cache over time as the queue's predicted starts fill it: its rows
+    now and the rows predicted to start, each growing a token every ``s_per_token``
+    seconds and leaving at its predicted end. A row slot that frees up only starts a
+    prompt where the plan at that moment has room for it (:meth:`KvPlan.fits`), as the
+    live b_mem decides; where memory binds, counting slots alone puts starts too early
+    and admits prompts that then wait past their SLA for memory."""
+
+    def __init__(self, plan: KvPlan, ends_s: list[float], now_s: float, s_per_token: float) -> None:
+        self._total = plan.total_tokens
+        self._other = plan.other_tokens
+        self._slack = plan.row_slack_tokens
+        self._s_per_token = max(s_per_token, 1e-9)
+        self._rows = [_TimedRow(row, now_s, end_s) for row, end_s in zip(plan.rows, ends_s, strict=True)]
+
+    def add(self, row: KvRow, grows_from_s: float, end_s: float) -> None:
+        self._rows.append(_TimedRow(row, grows_from_s, end_s))
+
+    def first_room_s(self, row: KvRow, at_s: float, margin: Callable[[int], float]) -> float:
+        """The earliest moment from ``at_s`` (then each later end of a row) at which ``row``
+        started then fits with ``margin(rows then + 1)``, or no row is left: an idle
+        instance starts any prompt (its engine refuses one its cache cannot hold)."""
+        ends = sorted({timed.end_s for timed in self._rows if timed.end_s > at_s})
+        for moment_s in (at_s, *ends):
+            plan = self._plan_at(moment_s)
+            if not plan.rows or plan.fits((row,), margin(len(plan.rows) + 1)):
+                return moment_s
+        return ends[-1] if ends else at_s
+
+    def _plan_at(self, moment_s: float) -> KvPlan:
+        rows = []
+        for timed in self._rows:
+            if timed.end_s <= moment_s:
+                continue
+            made = min(timed.row.remaining, max(0.0, (moment_s - timed.from_s) / self._s_per_token))
+            rows.append(KvRow(timed.row.held + made, timed.row.remaining - made))
+        return KvPlan(self._total, self._other, self._slack, rows)

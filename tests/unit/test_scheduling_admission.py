@@ -480,14 +480,60 @@ def test_a_deadline_that_cannot_be_met_is_shed_early_and_a_meetable_one_kept():
 
 def test_b_mem_admits_what_fits_in_the_real_free_blocks_and_skips_to_a_shorter_prompt():
     admission = policy()
-    admission.report("a", InstanceLoad(blocks_total=10, blocks_free=10, block_size=16, max_rows=64))
-    admission.enqueue(request("long", arrival=0.0, predicted=150, input_tokens=20))  # 170 > 160 tokens
+    admission.report("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16, max_rows=64))
+    admission.enqueue(request("holding", predicted=10, input_tokens=150))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["holding"]  # 160 of 320 tokens
+    admission.enqueue(request("long", arrival=0.1, predicted=150, input_tokens=20))  # 170 > 160 left
     admission.enqueue(request("short", arrival=0.1, predicted=40, input_tokens=20))
     assert [r.request_id for r in admission.admit("a", 0.2)] == ["short"]
 
 
-def test_b_mem_counts_what_running_rows_will_still_grow_into():
+def test_a_free_row_slot_starts_a_prompt_only_once_memory_has_room_for_it():
+    # 320 tokens; "holding" (150 + 100) ends at 0.075 s + 100 x 0.01 s = 1.075 s. A slot is
+    # free now, but "long" (20 + 150) fits only once "holding" has left: it must start by
+    # 0.5 + 1.5 - (0.01 s + 1.5 s) = 0.49 s, so it is refused though a slot is free
+    def enqueue_long(blocks_total: int) -> int:
+        admission = policy(max_rows=4, finish_base_s=0.5, tpot_sla_s=0.01)
+        load = InstanceLoad(blocks_total=blocks_total, blocks_free=blocks_total, seconds_per_token=0.01)
+        admission.report("a", load)
+        admission.enqueue(request("holding", predicted=100, input_tokens=150))
+        assert [r.request_id for r in admission.admit("a", 0.0)] == ["holding"]
+        admission.enqueue(request("long", predicted=150, input_tokens=20))
+        return admission.queued
+
+    with pytest.raises(QueueFullError, match="start too late"):
+        enqueue_long(blocks_total=20)
+    assert enqueue_long(blocks_total=30) == 1, "480 tokens hold both: it starts at once"
+
+
+def test_a_prompt_waiting_for_memory_is_predicted_to_start_when_a_row_leaves():
+    # 320 tokens: "holding" (150 + 100) leaves at 1.075 s; "long" (20 + 150, first token
+    # due by 2 s) waits for it. "next" (20 + 150, due by 2.7 s: it must start by 1.19 s)
+    # has less slack and goes first at 1.075 s: "long" then waits for it too, to 2.585 s
+    def enqueue_next(**overrides) -> int:
+        admission = policy(max_rows=4, finish_base_s=2.5, tpot_sla_s=0.01, **overrides)
+        admission.report("a", InstanceLoad(blocks_total=20, blocks_free=20, seconds_per_token=0.01))
+        admission.enqueue(request("holding", predicted=100, input_tokens=150))
+        admission.admit("a", 0.0)
+        admission.enqueue(request("long", predicted=150, input_tokens=20))
+        admission.enqueue(request("next", predicted=150, input_tokens=20, deadline=2.7))
+        return admission.queued
+
+    with pytest.raises(QueueFullError, match="one admitted before it miss its SLA"):
+        enqueue_next()
+    assert enqueue_next(keep_promises=False) == 2
+
+
+def test_an_idle_instance_starts_a_prompt_its_memory_plan_cannot_fit_rather_than_queue_it_for_ever():
+    # 170 > 160 tokens: its engine refuses it with a client error; no row waits on it
     admission = policy()
+    admission.report("a", InstanceLoad(blocks_total=10, blocks_free=10, block_size=16, max_rows=64))
+    admission.enqueue(request("long", predicted=150, input_tokens=20))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["long"]
+
+
+def test_b_mem_counts_what_running_rows_will_still_grow_into():
+    admission = policy(ttft_sla_s=30.0)  # "second" may wait for "first" to leave (20 s)
     admission.report("a", InstanceLoad(blocks_total=20, blocks_free=20, block_size=16, max_rows=64))
     admission.enqueue(request("first", predicted=200, input_tokens=20))
     assert len(admission.admit("a", 0.0)) == 1
@@ -504,8 +550,10 @@ def test_b_mem_counts_what_running_rows_will_still_grow_into():
 
 def test_fcfs_does_not_let_a_shorter_prompt_overtake_a_head_that_does_not_fit():
     admission = policy(order="fcfs", memory_aware=False)
-    admission.report("a", InstanceLoad(blocks_total=2, blocks_free=2, block_size=16, max_rows=64))
-    admission.enqueue(request("big", input_tokens=100))
+    admission.report("a", InstanceLoad(blocks_total=4, blocks_free=4, block_size=16, max_rows=64))
+    admission.enqueue(request("holding", input_tokens=40))
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["holding"]  # 41 of 64 tokens
+    admission.enqueue(request("big", input_tokens=30))
     admission.enqueue(request("small", input_tokens=5))
     assert admission.admit("a", 0.0) == []
 
