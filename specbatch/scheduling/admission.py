@@ -64,9 +64,10 @@ admission decisions, taken per instance whenever it reports its state:
   refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
   only miss its SLA and make the ones behind it miss theirs. So is a request that would
   start too late for its SLA, each queued prompt (in the least-slack order) taking the
-  first of the instances' row slots to free up once b_mem has room for it; and, with ``keep_promises``, one that
-  would push a queued prompt that can still make its SLA past it. A queued prompt whose
-  client deadline can no longer be met is shed early instead of taking a slot.
+  first of the instances' row slots to free up once b_mem has room for it; and, with
+  ``keep_promises``, one that would push a queued prompt that can still make its SLA
+  past it. A queued prompt whose client deadline can no longer be met is shed early
+  instead of taking a slot.
 - **past b_SLA's rows** (``start_beside``, on by default): b_SLA's search only grows
   past the batch sizes an instance has run, so under light load it allows a row or two
   more than run, and a short prompt arriving beside long rows waits for a long row to
