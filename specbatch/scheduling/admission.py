@@ -433,7 +433,9 @@ class AdmissionPolicy:
         With b_mem, a slot starts its prompt only once the instance's KV cache has room for
         it (:class:`KvForecast`), and waits for the next row to leave until then: where
         memory binds, a freed slot does not fit the next long prompt, and starts counted
-        in slots alone admit prompts that then wait for memory past their SLA."""
+        in slots alone admit prompts that then wait for memory past their SLA. An instance
+        whose cache holds its rows and all these prompts at their ends at once is not
+        forecast: no start there waits for memory, and the arrival's work stays linear."""
         slots: list[tuple[float, int, str]] = []  # (when it frees up, tie-break, instance)
         forecasts: dict[str, KvForecast] = {}
         for name, instance in self._instances.items():
@@ -443,9 +445,13 @@ class AdmissionPolicy:
             kept = cap if instance.sla is None else min(cap, max(instance.sla.b_low, 1))
             frees = [now_s] * max(cap - len(ends), 0) + sorted(ends)[max(len(ends) - kept, 0) :]
             slots.extend((start_s, len(slots), name) for start_s in frees)
-            if self.config.memory_aware:
+            if not self.config.memory_aware:
+                continue
+            plan = self._kv_plan(instance)
+            everyone = tuple(self._kv_row(request) for request in requests)
+            if not plan.holds_at_their_ends(everyone, self._margin(len(plan.rows) + len(everyone))):
                 leaves = [max(end_s, now_s + tpot) for end_s in ends]  # one overrunning its prediction
-                forecasts[name] = KvForecast(self._kv_plan(instance), leaves, now_s, tpot)
+                forecasts[name] = KvForecast(plan, leaves, now_s, tpot)
         if not slots:  # no instance may run a row: nothing starts
             return {request.request_id: math.inf for request in requests}
         heapq.heapify(slots)

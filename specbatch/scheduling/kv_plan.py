@@ -65,6 +65,14 @@ class KvPlan:
     def take(self, row: KvRow) -> None:
         self.rows.append(row)
 
+    def holds_at_their_ends(self, rows: tuple[KvRow, ...], margin: float) -> bool:
+        """Whether the cache, less ``margin``, holds every row and ``rows`` each at its
+        end (its tokens, those to come and its slack) at once: then no step of any order
+        of their starts and ends outgrows it (the peak is never above that sum)."""
+        every = (*self.rows, *rows)
+        ends = sum(row.held + row.remaining + self.row_slack_tokens for row in every)
+        return self.other_tokens + ends + margin <= self.total_tokens
+
 
 @dataclass(frozen=True)
 class _TimedRow:
