@@ -95,7 +95,7 @@ class KvForecast:
     def __init__(self, plan: KvPlan, ends_s: list[float], now_s: float, s_per_token: float) -> None:
         self._total = plan.total_tokens
         self._other = plan.other_tokens
-        self._slack = plan.row_slack_tokens
+        self._row_slack_tokens = plan.row_slack_tokens
         self._s_per_token = max(s_per_token, 1e-9)
         self._rows = [_TimedRow(row, now_s, end_s) for row, end_s in zip(plan.rows, ends_s, strict=True)]
 
@@ -107,11 +107,11 @@ class KvForecast:
         started then fits with ``margin(rows then + 1)``, or no row is left: an idle
         instance starts any prompt (its engine refuses one its cache cannot hold)."""
         ends = sorted({timed.end_s for timed in self._rows if timed.end_s > at_s})
-        for moment_s in (at_s, *ends):
+        for moment_s in (at_s, *ends):  # at the last end no row is left
             plan = self._plan_at(moment_s)
             if not plan.rows or plan.fits((row,), margin(len(plan.rows) + 1)):
-                return moment_s
-        return ends[-1] if ends else at_s
+                break
+        return moment_s
 
     def _plan_at(self, moment_s: float) -> KvPlan:
         rows = []
@@ -120,4 +120,4 @@ class KvForecast:
                 continue
             made = min(timed.row.remaining, max(0.0, (moment_s - timed.from_s) / self._s_per_token))
             rows.append(KvRow(timed.row.held + made, timed.row.remaining - made))
-        return KvPlan(self._total, self._other, self._slack, rows)
+        return KvPlan(self._total, self._other, self._row_slack_tokens, rows)
