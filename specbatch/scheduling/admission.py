@@ -811,9 +811,9 @@ class AdmissionPolicy:
     ) -> list[QueuedRequest]:
         """Up to ``room`` of the candidates, in their order, whose KV fits the instance's
         cache with the CLT margin; first come first served stops at the first misfit. An
-        idle instance starts the first whatever it needs: its engine refuses a prompt its
-        cache cannot hold (a clear error to that client), where waiting for room that never
-        comes would leave the prompt queued for ever."""
+        idle instance starts the first whatever it needs: its engine answers a prompt its
+        cache cannot hold with an error for that prompt alone, where waiting for room that
+        never comes would leave the prompt queued for ever."""
         plan = self._kv_plan(instance)
         chosen: list[QueuedRequest] = []
         for request in candidates:
