@@ -811,9 +811,9 @@ class AdmissionPolicy:
     ) -> list[QueuedRequest]:
         """Up to ``room`` of the candidates, in their order, whose KV fits the instance's
         cache with the CLT margin; first come first served stops at the first misfit. An
-        idle instance starts the first whatever it needs: its engine answers a prompt its
-        cache cannot hold with an error for that prompt alone, where waiting for room that
-        never comes would leave the prompt queued for ever."""
+        idle instance has no rows for a margin to protect, and starts a prompt that outgrows
+        even its empty cache: its engine answers that prompt alone with an error, where
+        waiting for room that never comes would leave it queued for ever."""
         plan = self._kv_plan(instance)
         chosen: list[QueuedRequest] = []
         for request in candidates:
@@ -821,7 +821,8 @@ class AdmissionPolicy:
                 break
             row = self._kv_row(request)
             rows = instance.rows + len(chosen)
-            if rows and not plan.fits((row,), self._margin(rows + 1)):
+            fits = plan.fits((row,), self._margin(rows + 1) if rows else 0.0)
+            if not fits and (rows or not plan.never_holds(row)):
                 if self.config.order != "least_slack":
                     break  # the head of the order is not overtaken
                 continue

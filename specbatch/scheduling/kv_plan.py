@@ -65,6 +65,10 @@ class KvPlan:
     def take(self, row: KvRow) -> None:
         self.rows.append(row)
 
+    def never_holds(self, row: KvRow) -> bool:
+        """Whether ``row`` outgrows the cache even alone in it, with no margin."""
+        return row.held + row.remaining + self.row_slack_tokens > self.total_tokens
+
     def holds_at_their_ends(self, rows: tuple[KvRow, ...], margin: float) -> bool:
         """Whether the cache, less ``margin``, holds every row and ``rows`` each at its
         end (its tokens, those to come and its slack) at once: then no step of any order
@@ -104,8 +108,9 @@ class KvForecast:
 
     def first_room_s(self, row: KvRow, at_s: float, margin: Callable[[int], float]) -> float:
         """The earliest moment from ``at_s`` (then each later end of a row) at which ``row``
-        started then fits with ``margin(rows then + 1)``, or no row is left: an idle
-        instance starts any prompt (its engine refuses one its cache cannot hold)."""
+        started then fits with ``margin(rows then + 1)``, or no row is left: what else the
+        cache holds then is not forecast, and an idle instance starts even a prompt that
+        outgrows its empty cache (its engine answers that prompt with an error)."""
         ends = sorted({timed.end_s for timed in self._rows if timed.end_s > at_s})
         for moment_s in (at_s, *ends):  # at the last end no row is left
             plan = self._plan_at(moment_s)

@@ -524,12 +524,25 @@ def test_a_prompt_waiting_for_memory_is_predicted_to_start_when_a_row_leaves():
     assert enqueue_next(keep_promises=False) == 2
 
 
-def test_an_idle_instance_starts_a_prompt_its_memory_plan_cannot_fit_rather_than_queue_it_for_ever():
-    # 170 > 160 tokens: its engine refuses it with a client error; no row waits on it
+def test_an_idle_instance_starts_a_prompt_its_empty_cache_cannot_hold_rather_than_queue_it_for_ever():
+    # 170 > 160 tokens: its engine answers it with an error; no row waits on it
     admission = policy()
     admission.report("a", InstanceLoad(blocks_total=10, blocks_free=10, block_size=16, max_rows=64))
     admission.enqueue(request("long", predicted=150, input_tokens=20))
     assert [r.request_id for r in admission.admit("a", 0.0)] == ["long"]
+
+
+def test_an_idle_instance_counts_no_margin_but_waits_for_what_else_its_cache_holds():
+    admission = policy()
+    for error in (-40, 40, -40):  # predictions off by 40 tokens: a CLT margin of about 76
+        admission.finished("a", request(f"done {error}", predicted=100), 100 + error)
+    admission.report("a", InstanceLoad(blocks_total=10, blocks_free=10, block_size=16, max_rows=64))
+    admission.enqueue(request("fits bare", predicted=140, input_tokens=20))  # 160 of 160 tokens
+    assert [r.request_id for r in admission.admit("a", 0.0)] == ["fits bare"]
+    admission = policy()
+    admission.report("a", InstanceLoad(blocks_total=10, blocks_free=2, block_size=16, max_rows=64))
+    admission.enqueue(request("small", predicted=40, input_tokens=20))  # 60 > 32 tokens free
+    assert admission.admit("a", 0.0) == []
 
 
 def test_b_mem_counts_what_running_rows_will_still_grow_into():
