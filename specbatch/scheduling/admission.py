@@ -438,6 +438,7 @@ class AdmissionPolicy:
         forecast: no start there waits for memory, and the arrival's work stays linear."""
         slots: list[tuple[float, int, str]] = []  # (when it frees up, tie-break, instance)
         forecasts: dict[str, KvForecast] = {}
+        everyone = tuple(self._kv_row(request) for request in requests) if self.config.memory_aware else ()
         for name, instance in self._instances.items():
             running = instance.running.values()
             ends = [max(now_s, row.start_s + self._service_s(row.request, tpot)) for row in running]
@@ -448,7 +449,6 @@ class AdmissionPolicy:
             if not self.config.memory_aware:
                 continue
             plan = self._kv_plan(instance)
-            everyone = tuple(self._kv_row(request) for request in requests)
             if not plan.holds_at_their_ends(everyone, self._margin(len(plan.rows) + len(everyone))):
                 leaves = [max(end_s, now_s + tpot) for end_s in ends]  # one overrunning its prediction
                 forecasts[name] = KvForecast(plan, leaves, now_s, tpot)
