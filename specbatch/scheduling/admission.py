@@ -64,7 +64,9 @@ admission decisions, taken per instance whenever it reports its state:
   refused at once (:class:`QueueFullError`): a prompt admitted to a longer queue would
   only miss its SLA and make the ones behind it miss theirs. So is a request that would
   start too late for its SLA, each queued prompt (in the least-slack order) taking the
-  first of the instances' row slots to free up once b_mem has room for it; and, with
+  first of the instances' row slots to free up once b_mem has room for it (a running row
+  frees its slot at its predicted end, or, once past it, when the recent rows that ran
+  as far past their predictions ended: :class:`ResidualLengths`); and, with
   ``keep_promises``, one that would push a queued prompt that can still make its SLA
   past it. A queued prompt whose client deadline can no longer be met is shed early
   instead of taking a slot.
@@ -128,6 +130,7 @@ from specbatch.scheduling.pace_window import RecentPaces
 from specbatch.scheduling.placement import PLACEMENTS, LengthAffinity
 from specbatch.scheduling.prefixes import PrefixHolders
 from specbatch.scheduling.requests import QueuedRequest
+from specbatch.scheduling.residual_lengths import ResidualLengths
 
 ORDERS = ("least_slack", "multibin", "fcfs", "shortest_first")
 PACES = ("slack", "slack_above_allowance", "allowance_in_reach", "allowance")  # what b_SLA holds to
@@ -315,6 +318,7 @@ class AdmissionPolicy:
         self._prefix_holders = PrefixHolders()
         self._affinity = LengthAffinity()
         self._prediction_error = RunningStats()
+        self._residuals = ResidualLengths()
         self._predicted = RunningStats()
         self._inputs = RunningStats()
         self._theta = NormalDist().inv_cdf(1.0 - config.eps_mem)
@@ -441,7 +445,7 @@ class AdmissionPolicy:
         everyone = tuple(self._kv_row(request) for request in requests) if self.config.memory_aware else ()
         for name, instance in self._instances.items():
             running = instance.running.values()
-            ends = [max(now_s, row.start_s + self._service_s(row.request, tpot)) for row in running]
+            ends = [self._end_s(instance, row, now_s, tpot) for row in running]
             cap = self._row_cap(instance)
             kept = cap if instance.sla is None else min(cap, max(instance.sla.b_low, 1))
             frees = [now_s] * max(cap - len(ends), 0) + sorted(ends)[max(len(ends) - kept, 0) :]
@@ -450,7 +454,7 @@ class AdmissionPolicy:
                 continue
             plan = self._kv_plan(instance)
             if not plan.holds_at_their_ends(everyone, self._margin(len(plan.rows) + len(everyone))):
-                leaves = [max(end_s, now_s + tpot) for end_s in ends]  # one overrunning its prediction
+                leaves = [max(end_s, now_s + tpot) for end_s in ends]  # none before its next step
                 forecasts[name] = KvForecast(plan, leaves, now_s, tpot)
         if not slots:  # no instance may run a row: nothing starts
             return {request.request_id: math.inf for request in requests}
@@ -561,6 +565,7 @@ class AdmissionPolicy:
             instance.running.pop(request.request_id, None)
         if output_tokens > 0:
             self._prediction_error.add(output_tokens - request.predicted_tokens)
+            self._residuals.add(output_tokens - request.predicted_tokens)
 
     def capacity(self, name: str) -> InstanceCapacity:
         """What instance ``name`` is allowed now: rows, b_SLA and its pace (for its gauges)."""
@@ -699,7 +704,7 @@ class AdmissionPolicy:
         tpot = max(self._tpot_estimate(), instance.paces.slowest_s())
         rows = instance.running.values()
         keeps_late = not self._holds_allowance(instance)
-        slack_s = min(self._row_slack(row, now_s, tpot, keeps_late) for row in rows)
+        slack_s = min(self._row_slack(instance, row, now_s, tpot, keeps_late) for row in rows)
         steps_now = instance.load.batch_steps.committed_steps
         smoothing = instance.load.pace_smoothing
         budget_s = slack_s - sum(
@@ -782,7 +787,24 @@ class AdmissionPolicy:
         cfg = self.config
         return cfg.start_beside and cfg.sla_aware and cfg.order == "least_slack"
 
-    def _row_slack(self, row: _AdmittedRow, now_s: float, tpot: float, keeps_late: bool) -> float:
+    def _end_s(self, instance: _Instance, row: _AdmittedRow, now_s: float, tpot: float) -> float:
+        """When a running row is predicted to end: its start, prefill and predicted tokens
+        at ``tpot`` seconds a token; once that moment has passed, the row runs past its
+        prediction, and it ends when the recent rows that ran as far past theirs went on
+        to end, on average (:class:`ResidualLengths`; one step on where none ran that
+        far). Its tokens made are counted in the instance's committing steps since it
+        started, as b_mem counts them."""
+        end_s = row.start_s + self._service_s(row.request, tpot)
+        if end_s > now_s:
+            return end_s
+        steps = instance.load.batch_steps
+        made = (steps.committed_steps - row.steps_at_start) * steps.tokens_per_row_step
+        more = self._residuals.mean_residual(max(0.0, made - row.request.predicted_tokens))
+        return now_s if more is None else now_s + more * tpot
+
+    def _row_slack(
+        self, instance: _Instance, row: _AdmittedRow, now_s: float, tpot: float, keeps_late: bool
+    ) -> float:
         """Seconds a running row has to spare: from its predicted end (its start, its
         prefill and its predicted tokens at ``tpot``) to the end of its finish budget or,
         where b_SLA ``keeps_late`` promises to a late row, of the first later end it
@@ -795,7 +817,7 @@ class AdmissionPolicy:
         (infinite)."""
         request = row.request
         budget_s = self.config.finish_budget_s(request.predicted_tokens)
-        end_s = max(now_s, row.start_s + self._service_s(request, tpot))
+        end_s = self._end_s(instance, row, now_s, tpot)
         for multiple in self.config.promised_budgets if keeps_late else (1.0,):
             due_s = request.arrival_s + multiple * budget_s
             if request.deadline_s is not None:

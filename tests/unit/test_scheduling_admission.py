@@ -88,6 +88,22 @@ def test_a_request_that_would_start_too_late_is_refused_at_once_and_one_that_sta
     assert admission.queued == 1
 
 
+def test_a_row_past_its_predicted_end_frees_its_slot_when_rows_that_ran_as_far_past_theirs_ended():
+    def enqueue_short(errors: list[int]) -> int:
+        admission = one_slot(0.01, finish_base_s=0.5, tpot_sla_s=0.01)
+        for key, error in enumerate(errors):  # rows predicted 10 tokens that made 10 + error
+            admission.finished("a", request(f"done {key}"), 10 + error)
+        started(admission, "overrunning", 0.0, predicted=10)  # predicted to end at 0.105 s
+        # at 0.2 s: 10 tokens, budget 0.5 + 0.1 s, service 0.105 s, so it must start by 0.695 s
+        admission.enqueue(request("short", arrival=0.2))
+        return admission.queued
+
+    assert enqueue_short([]) == 1, "no row ran past its prediction: the slot frees now"
+    assert enqueue_short([-3, 0, 5, 5]) == 1, "rows ran 5 tokens past theirs: it ends at 0.25 s"
+    with pytest.raises(QueueFullError, match="start too late"):
+        enqueue_short([-3, 0, 100, 100])  # ends 100 tokens (1 s) after now: too late for it
+
+
 def test_a_request_that_would_push_an_earlier_one_past_its_sla_is_refused_unless_promises_are_off():
     def enqueue_urgent(early_deadline_s: float, **overrides) -> int:
         admission = one_slot(0.005, **overrides)
