@@ -805,16 +805,15 @@ class AdmissionPolicy:
     def _row_slack(
         self, instance: _Instance, row: _AdmittedRow, now_s: float, tpot: float, keeps_late: bool
     ) -> float:
-        """Seconds a running row has to spare: from its predicted end (its start, its
-        prefill and its predicted tokens at ``tpot``) to the end of its finish budget or,
-        where b_SLA ``keeps_late`` promises to a late row, of the first later end it
-        promises (``promised_budgets``; each no later than its client's deadline): the
-        promises b_SLA's pace keeps to it. Held to the allowance, b_SLA keeps one, the
-        budget itself, and a row that will end past it shows an instance slower than that
-        pace: it guards all it has (none to spare). Held to the pace its rows can afford,
-        b_SLA keeps the later ends to a row that cannot make the budget at the floor, and
-        a row past all of them has no promise left to keep and no slack to guard
-        (infinite)."""
+        """Seconds a running row has to spare: from its predicted end (:meth:`_end_s`) to
+        the end of its finish budget or, where b_SLA ``keeps_late`` promises to a late
+        row, of the first later end it promises (``promised_budgets``; each no later than
+        its client's deadline): the promises b_SLA's pace keeps to it. Held to the
+        allowance, b_SLA keeps one, the budget itself, and a row that will end past it
+        shows an instance slower than that pace: it guards all it has (none to spare).
+        Held to the pace its rows can afford, b_SLA keeps the later ends to a row that
+        cannot make the budget at the floor, and a row past all of them has no promise
+        left to keep and no slack to guard (infinite)."""
         request = row.request
         budget_s = self.config.finish_budget_s(request.predicted_tokens)
         end_s = self._end_s(instance, row, now_s, tpot)
