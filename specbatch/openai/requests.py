@@ -2,7 +2,13 @@
 
 What the pipeline cannot honour is refused with a 400 naming the parameter, never
 silently ignored: several choices (`n` > 1), logprobs, echo, tools, token-id prompts,
-and the vLLM extensions `ignore_eos` and `min_tokens` (rows always stop at EOS).
+penalties and logit biases (the sampler has none), structured output (`response_format`
+other than text, vLLM's guided decoding), and the vLLM extensions `ignore_eos`,
+`min_tokens`, `min_p` and `stop_token_ids` (rows always stop at EOS). Each is accepted
+at the value that means "not used", as clients send their defaults. vLLM's `top_k`
+extension is honoured (-1 or 0: off). `seed` is accepted and changes nothing: OpenAI
+makes it best effort, and greedy decoding (temperature 0) gives the same tokens however
+a row is batched.
 A chat request becomes its last user message (which the router classifies) plus the
 earlier turns, which the model instance renders with Qwen3's chat template. The body
 field `self_refine` (true or false; the openai client sends it in `extra_body`) is the
@@ -33,6 +39,19 @@ _UNSUPPORTED = {
     "logit_bias": (None, {}),
     "ignore_eos": (None, False),
     "min_tokens": (None, 0),
+    "frequency_penalty": (None, 0),
+    "presence_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "response_format": (None, {"type": "text"}),
+    "tool_choice": (None, "none", "auto"),
+    "min_p": (None, 0),
+    "stop_token_ids": (None, []),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "use_beam_search": (None, False),
+    "include_stop_str_in_output": (None, False),
 }
 
 
@@ -46,6 +65,7 @@ class Call:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
@@ -151,6 +171,7 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "max_tokens": _positive_integer(max_tokens, "max_tokens"),
         "temperature": _number_within(body.get("temperature"), "temperature", 0.0, 2.0),
         "top_p": _number_within(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
+        "top_k": _top_k(body.get("top_k")),
         "stop": _stop(body.get("stop")),
         "stream": stream,
         "include_usage": include_usage,
@@ -164,6 +185,15 @@ def _positive_integer(value: Any, name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise bad_request(f"{name} must be a positive integer", name)
     return value
+
+
+def _top_k(value: Any) -> int | None:
+    """vLLM's `top_k`: how many of the likeliest tokens to sample from; -1 or 0 turn it off."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise bad_request("top_k must be an integer: -1 or 0 (off), or how many tokens to keep", "top_k")
+    return max(value, 0)
 
 
 def _number_within(value: Any, name: str, low: float, high: float, open_low: bool = False) -> float | None:

@@ -69,12 +69,39 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"model": "m", "prompt": "x", "echo": True}, "echo"),
         ({"model": "m", "prompt": "x", "ignore_eos": True}, "ignore_eos"),
         ({"model": "m", "prompt": "x", "self_refine": "yes"}, "self_refine"),
+        ({"model": "m", "prompt": "x", "frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"model": "m", "prompt": "x", "presence_penalty": -1}, "presence_penalty"),
+        ({"model": "m", "prompt": "x", "repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}}, "response_format"),
+        ({"model": "m", "prompt": "x", "tool_choice": "required"}, "tool_choice"),
+        ({"model": "m", "prompt": "x", "min_p": 0.1}, "min_p"),
+        ({"model": "m", "prompt": "x", "guided_choice": ["a", "b"]}, "guided_choice"),
+        ({"model": "m", "prompt": "x", "top_k": -2}, "top_k"),
+        ({"model": "m", "prompt": "x", "top_k": 2.5}, "top_k"),
     ],
 )
 def test_bad_completions_name_the_parameter(body, param):
     with pytest.raises(OpenAIError) as caught:
         parse_completion(body)
     assert caught.value.status == 400 and caught.value.body()["error"]["param"] == param
+
+
+def test_clients_defaults_for_what_the_pipeline_lacks_are_accepted_and_top_k_is_kept():
+    defaults = {
+        "frequency_penalty": 0,
+        "presence_penalty": 0.0,
+        "repetition_penalty": 1.0,
+        "response_format": {"type": "text"},
+        "tool_choice": "none",
+        "min_p": 0.0,
+        "stop_token_ids": [],
+        "logit_bias": {},
+        "seed": 7,
+    }
+    call = parse_chat({"model": "m", "messages": [{"role": "user", "content": "u"}], "top_k": 5, **defaults})
+    assert call.top_k == 5
+    assert parse_completion({"model": "m", "prompt": "x", "top_k": -1}).top_k == 0
+    assert parse_completion({"model": "m", "prompt": "x"}).top_k is None
 
 
 @pytest.mark.parametrize(
@@ -144,6 +171,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
             "max_tokens": 4,
             "temperature": 0.5,
             "top_p": 0.5,
+            "top_k": 3,
             "stop": ["x"],
             "stream": True,
             "self_refine": True,
@@ -154,7 +182,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
         "route_error": np.array([[b""]], dtype=np.object_),
     }
     arrays = scheduler_arrays(call, routed)
-    assert arrays["self_refine"].tolist() == [[True]]
+    assert arrays["self_refine"].tolist() == [[True]] and arrays["top_k"].tolist() == [[3]]
     _, router_out = ensemble_step("router")
     scheduler_in, _ = ensemble_step("scheduler")
     # the router's outputs reach the scheduler input of the same name, as in the ensemble
