@@ -427,9 +427,12 @@ def simulated_rows(policies: dict) -> list[tuple[str, dict]]:
     return pairs
 
 
-def predict_rows(policies: dict, costs: StepCosts, kv_tokens_per_gb: int) -> tuple[list[dict], LiveStepFit]:
+def predict_rows(
+    policies: dict, costs: StepCosts, kv_tokens_per_gb: int, step_cv: float = 0.0
+) -> tuple[list[dict], LiveStepFit]:
     """Each simulated row predicted from the live instances' step costs and from the
-    offline fit's, both at the row's machine speed; and the live fit."""
+    offline fit's, both at the row's machine speed (each step drawn around its cost with
+    ``step_cv``); and the live fit."""
     args = bench_args(policies["config"])
     builders = {w.name: w for w in workloads(args)}
     setups = {s.name: s for s in SETUPS}
@@ -454,11 +457,13 @@ def predict_rows(policies: dict, costs: StepCosts, kv_tokens_per_gb: int) -> tup
         if has_engine_figures(row):
             row_costs = live.costs(row)
             live_speed, speed = machine_speed(row_costs, row), machine_speed(costs, row)
-            at_live = simulate(admission, instance, at_speed(row_costs, live_speed), sims, arrivals, args)
-            offline = simulate(admission, instance, at_speed(costs, speed), sims, arrivals, args)
+            at_live = simulate(
+                admission, instance, at_speed(row_costs, live_speed), sims, arrivals, args, step_cv
+            )
+            offline = simulate(admission, instance, at_speed(costs, speed), sims, arrivals, args, step_cv)
         else:  # no engine figures: the offline fit as it stands, for both
             live_speed = speed = None
-            at_live = offline = simulate(admission, instance, costs, sims, arrivals, args)
+            at_live = offline = simulate(admission, instance, costs, sims, arrivals, args, step_cv)
         predicted.append(
             {
                 "workload": name,
@@ -499,9 +504,10 @@ def simulate(
     requests: list[SimRequest],
     arrivals: list,
     args: argparse.Namespace,
+    step_cv: float = 0.0,
 ) -> dict:
     """One simulated run of a row's arrivals, on two instances at these step costs."""
-    simulator = ContinuousSimulator(lambda: _fresh(admission), [instance, instance], costs)
+    simulator = ContinuousSimulator(lambda: _fresh(admission), [instance, instance], costs, step_cv=step_cv)
     return measured_like(simulator.run(requests), arrivals, args)
 
 
@@ -646,12 +652,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_predict.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "bench_predict.png")
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
+    parser.add_argument(
+        "--step-cv",
+        type=float,
+        default=0.0,
+        help="draw each simulated step's duration around its cost with this coefficient of "
+        "variation (lognormal, seeded; 0: exact costs): how the predictions move with the "
+        "irregular steps of a shared machine",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     policies = json.loads(args.policies.read_text())
     costs, kv_tokens_per_gb, points = fit_costs(args.fit_steps)
     logger.info("offline step costs: %s", costs)
-    rows, live = predict_rows(policies, costs, kv_tokens_per_gb)
+    rows, live = predict_rows(policies, costs, kv_tokens_per_gb, args.step_cv)
     ranks = rankings(rows)
     shape = step_shape([row for _, row in simulated_rows(policies)], live)
     text = table(rows, ranks) + ("\n\n" + shape_table(shape, live) if shape else "")
@@ -666,6 +680,7 @@ def main(argv: list[str] | None = None) -> int:
                 "costs": dataclasses.asdict(costs),
                 "live_costs": dataclasses.asdict(live),
                 "kv_tokens_per_gb": kv_tokens_per_gb,
+                "step_cv": args.step_cv,
                 "fit": points,
                 "rows": rows,
                 "rankings": ranks,

@@ -12,6 +12,11 @@ as the server's scheduler does (``admit_spread``); a row sent to a stepping inst
 joins at its next boundary, and one decided on an instance's own report a step later
 (:class:`ContinuousSimulator`). Where the policy's order changes with time alone (its
 ``next_wakeup_s``), it decides again then.
+
+Steps of a live instance on a shared machine are not that regular: with ``step_cv`` each
+step's duration is its cost times a lognormal factor of mean 1 and that coefficient of
+variation (seeded), and the instance reports the seconds it took. Rows near the edge of
+their SLA's pace miss it in the slow steps, which a simulator of exact costs never shows.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ class _InstanceState:
     last_step_s: float = 0.0
     tokens_last_step: float = 1.0
     step_prefill: int = 0  # prompt tokens the step under way prefills
+    step_took_s: float = 0.0  # how long the step under way lasts
     counter: BatchStepCounter = field(default_factory=BatchStepCounter)
 
     def held_blocks(self) -> int:
@@ -144,14 +150,30 @@ class ContinuousSimulator:
         instances: Sequence[SimInstance] = (SimInstance(), SimInstance()),
         costs: StepCosts = StepCosts(),
         lagged_dispatch: bool = True,
+        step_cv: float = 0.0,
+        seed: int = 0,
     ) -> None:
+        if not math.isfinite(step_cv) or step_cv < 0:
+            raise ValueError(f"step_cv must be a finite number >= 0, got {step_cv!r}")
         self._make_policy = make_policy
         self._instances = list(instances)
         self._costs = costs
         self._lagged_dispatch = lagged_dispatch
+        self._step_cv = step_cv
+        self._seed = seed
+
+    def _step_factors(self) -> Callable[[], float]:
+        """Draws of each step's duration over its cost: 1 without ``step_cv``, else
+        lognormal with mean 1 and that coefficient of variation, from ``seed`` each run."""
+        if self._step_cv == 0:
+            return lambda: 1.0
+        sigma = math.sqrt(math.log1p(self._step_cv**2))
+        rng = np.random.default_rng(self._seed)
+        return lambda: float(rng.lognormal(-(sigma**2) / 2, sigma))
 
     def run(self, requests: Sequence[SimRequest]) -> list[SimOutcome]:
         policy = self._make_policy()
+        step_factor = self._step_factors()
         states = [_InstanceState(spec) for spec in self._instances]
         names = [f"instance{i}" for i in range(len(states))]
         index_of = {name: i for i, name in enumerate(names)}
@@ -174,7 +196,8 @@ class ContinuousSimulator:
             state.joining.clear()
             state.stepping = bool(state.rows)
             if state.stepping:
-                duration = self._costs.step_s(len(state.rows), state.step_prefill)
+                duration = self._costs.step_s(len(state.rows), state.step_prefill) * step_factor()
+                state.step_took_s = duration
                 heapq.heappush(events, (now + duration, next(order), "step", index))
 
         def schedule(now: float) -> None:
@@ -229,9 +252,11 @@ class ContinuousSimulator:
                     row.outcome.status = "served"
                     finished.append(row)
             rows = len(state.rows)
-            state.last_step_s = self._costs.step_s(rows, 0)
+            priced_s = self._costs.step_s(rows, state.step_prefill)
+            slowed = state.step_took_s / priced_s if priced_s > 0 else 1.0
+            state.last_step_s = self._costs.step_s(rows, 0) * slowed
             state.tokens_last_step = tokens
-            seconds = state.last_step_s + self._costs.per_prefill_token_s * state.step_prefill
+            seconds = state.step_took_s
             state.counter.record(rows, round(tokens * rows), state.step_prefill, seconds)
             for row in finished:
                 state.rows.remove(row)
