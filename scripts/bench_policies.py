@@ -499,6 +499,9 @@ BATCH_METRICS = {
     "specbatch_batch_tokens_total": "tokens",
     "specbatch_batch_prefill_tokens_total": "prefill_tokens",
     "specbatch_batch_step_seconds_total": "seconds",
+    "specbatch_batch_decode_steps_total": "decode_steps",
+    "specbatch_batch_decode_step_seconds_total": "decode_seconds",
+    "specbatch_batch_decode_step_seconds_squared_total": "decode_seconds_squared",
 }
 
 
@@ -525,7 +528,9 @@ def engine_metrics(url: str) -> dict[str, float]:
 
 def by_batch(delta: dict[str, float]) -> dict[str, dict[str, float]]:
     """A run's committing steps per batch-size bucket (rows label -> steps, row_steps,
-    tokens, prefill_tokens, seconds), from the per-batch counters' growth over the run."""
+    tokens, prefill_tokens, seconds, and decode_steps, decode_seconds and
+    decode_seconds_squared of those that prefilled nothing), from the per-batch
+    counters' growth over the run."""
     buckets: dict[str, dict[str, float]] = {}
     for key, grown in delta.items():
         name, _, rows = key.partition("|")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Upper bounds (rows) of the buckets; the last one takes every larger batch.
@@ -28,13 +29,21 @@ class BatchStepTotals:
     commits) moves with them: one total over all steps hides both. Per bucket, a
     dashboard shows step time against batch size and where speculation pays, and a
     simulator fits the shape of a step's cost from a live server's counters over any
-    span (differences of totals) rather than from an offline run."""
+    span (differences of totals) rather than from an offline run. The steps that
+    prefilled nothing also count their squared seconds, so that the spread of a step's
+    time about its mean (a shared host's irregular steps) is read over any span too
+    (:func:`decode_step_cv`)."""
 
     steps: tuple[int, ...] = ()
     row_steps: tuple[int, ...] = ()
     tokens: tuple[int, ...] = ()
     prefill_tokens: tuple[int, ...] = ()
     seconds: tuple[float, ...] = ()
+    # the steps that prefilled nothing, their seconds and their squared seconds: how
+    # irregular a step of one size is on this host, with no prompt's cost in the spread
+    decode_steps: tuple[int, ...] = ()
+    decode_seconds: tuple[float, ...] = ()
+    decode_seconds_squared: tuple[float, ...] = ()
 
     def row_step_s(self, prefill_s_per_token: float) -> float | None:
         """Seconds one more row adds to a step: the slope of a step's seconds (less its
@@ -97,6 +106,9 @@ class BatchStepCounter:
         self._tokens = [0] * size
         self._prefill = [0] * size
         self._seconds = [0.0] * size
+        self._decode_steps = [0] * size
+        self._decode_seconds = [0.0] * size
+        self._decode_squared = [0.0] * size
 
     def record(self, rows: int, tokens: int, prefill_tokens: int, seconds: float) -> None:
         index = step_batch_bucket(rows)
@@ -105,6 +117,10 @@ class BatchStepCounter:
         self._tokens[index] += tokens
         self._prefill[index] += prefill_tokens
         self._seconds[index] += seconds
+        if prefill_tokens == 0:
+            self._decode_steps[index] += 1
+            self._decode_seconds[index] += seconds
+            self._decode_squared[index] += seconds * seconds
 
     def totals(self) -> BatchStepTotals:
         return BatchStepTotals(
@@ -113,7 +129,28 @@ class BatchStepCounter:
             tuple(self._tokens),
             tuple(self._prefill),
             tuple(self._seconds),
+            tuple(self._decode_steps),
+            tuple(self._decode_seconds),
+            tuple(self._decode_squared),
         )
+
+
+def decode_step_cv(
+    steps: Sequence[float], seconds: Sequence[float], squared: Sequence[float], min_steps: int = 10
+) -> float | None:
+    """The coefficient of variation of a step's seconds about its batch size's mean, over
+    the steps that prefilled nothing: per bucket of at least ``min_steps`` such steps,
+    weighted by its steps; None where no bucket has that many. Totals of two instances
+    or differences of totals over a span give the same reading of that span."""
+    weighted = total = 0.0
+    for count, summed, summed_squares in zip(steps, seconds, squared, strict=True):
+        if count < min_steps or summed <= 0:
+            continue
+        mean = summed / count
+        variance = max(0.0, summed_squares / count - mean * mean)
+        weighted += count * math.sqrt(variance) / mean
+        total += count
+    return weighted / total if total else None
 
 
 @dataclass(frozen=True)

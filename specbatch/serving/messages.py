@@ -234,6 +234,6 @@ def _load(data: dict[str, Any]) -> InstanceLoad:
         values[name] = tuple(int(n) for n in values.get(name, ()))
     batch = _known(BatchStepTotals, values.get("batch_steps", {}))
     values["batch_steps"] = BatchStepTotals(
-        **{k: tuple((float if k == "seconds" else int)(n) for n in v) for k, v in batch.items()}
+        **{k: tuple((float if "seconds" in k else int)(n) for n in v) for k, v in batch.items()}
     )
     return InstanceLoad(**values)

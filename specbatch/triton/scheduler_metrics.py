@@ -100,6 +100,28 @@ STEP_HISTOGRAMS = (
         STEP_BATCH_LABELS,
         "Seconds of those steps' iterations, per batch size",
     ),
+    (
+        "batch_steps.decode_steps",
+        "specbatch_batch_decode_steps_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Those steps that prefilled nothing, per batch size",
+    ),
+    (
+        "batch_steps.decode_seconds",
+        "specbatch_batch_decode_step_seconds_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Seconds of the steps that prefilled nothing, per batch size",
+    ),
+    (
+        "batch_steps.decode_seconds_squared",
+        "specbatch_batch_decode_step_seconds_squared_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "Squared seconds of the steps that prefilled nothing, per batch size: with the two "
+        "above, the spread of a step's time",
+    ),
 )
 
 

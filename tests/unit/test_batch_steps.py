@@ -9,6 +9,7 @@ from specbatch.scheduling.load import (
     STEP_BATCH_LABELS,
     BatchStepCounter,
     BatchStepTotals,
+    decode_step_cv,
     step_batch_bucket,
 )
 
@@ -39,6 +40,27 @@ def test_the_counter_totals_steps_rows_tokens_prefill_and_seconds_per_bucket():
     assert totals.tokens == (3, 0, 11, *empty)
     assert totals.prefill_tokens == (5, 0, 64, *empty)
     assert totals.seconds == (0.125, 0.0, 0.75, *empty)
+    # the step that prefilled nothing counts apart too, with its squared seconds
+    assert totals.decode_steps == (0, 0, 1, *empty)
+    assert totals.decode_seconds == (0.0, 0.0, 0.25, *empty)
+    assert totals.decode_seconds_squared == (0.0, 0.0, 0.0625, *empty)
+
+
+def test_the_spread_of_a_steps_time_is_read_per_batch_size_without_prefills_and_weighted_by_steps():
+    counter = BatchStepCounter()
+    for seconds in (0.008, 0.012) * 10:  # one row: mean 10 ms, standard deviation 2 ms
+        counter.record(rows=1, tokens=1, prefill_tokens=0, seconds=seconds)
+    for seconds in (0.015, 0.025) * 30:  # eight rows: mean 20 ms, standard deviation 5 ms
+        counter.record(rows=8, tokens=8, prefill_tokens=0, seconds=seconds)
+    counter.record(rows=8, tokens=8, prefill_tokens=500, seconds=1.0)  # a prefill: not in the spread
+    counter.record(rows=2, tokens=2, prefill_tokens=0, seconds=0.5)  # one step: too few to read
+    totals = counter.totals()
+    cv = decode_step_cv(totals.decode_steps, totals.decode_seconds, totals.decode_seconds_squared)
+    assert cv == pytest.approx((20 * 0.2 + 60 * 0.25) / 80)
+    # two instances' totals, or a span's differences, add up to the same reading
+    doubled = [tuple(2 * v for v in values) for values in (totals.decode_steps, totals.decode_seconds)]
+    assert decode_step_cv(*doubled, tuple(2 * v for v in totals.decode_seconds_squared)) == pytest.approx(cv)
+    assert decode_step_cv((3,), (0.03,), (0.0003,)) is None
 
 
 def steps_costing(base_s: float, per_row_s: float, batches: dict[int, int]) -> BatchStepTotals:

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from bench_predict import has_engine_figures, live_fit, machine_speed, step_shape
+from bench_predict import has_engine_figures, live_fit, machine_speed, measured_step_cv, step_shape
 
 BASE, PER_ROW, PER_TOKEN, PER_PREFILL = 0.010, 0.002, 0.004, 0.0002
 
@@ -134,3 +134,12 @@ def test_the_step_shape_sums_each_batch_size_over_rows_at_one_machine_speed() ->
     # the slow row's seconds are brought to the fit's speed: the shape is exact
     for b in shape:
         assert b["measured_step_s"] == pytest.approx(b["fitted_step_s"], rel=1e-3)
+
+
+def test_a_rows_step_spread_is_read_from_its_decode_steps_and_is_zero_where_it_was_not_counted() -> None:
+    spread = {"decode_steps": 40.0, "decode_seconds": 0.4, "decode_seconds_squared": 0.4 * 0.01 * 1.09}
+    row = {"engine": {"by_batch": {"4": {"steps": 50.0, "seconds": 0.6, **spread}}}}
+    assert measured_step_cv(row) == pytest.approx(0.3)
+    before_the_counters = {"engine": {"by_batch": {"4": {"steps": 50.0, "seconds": 0.6}}}}
+    assert measured_step_cv(before_the_counters) == 0.0
+    assert measured_step_cv({"engine": {"steps": 5}}) == 0.0
