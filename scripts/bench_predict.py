@@ -30,13 +30,14 @@ Each row is predicted twice, from two readings of what a step costs:
   stream of arrivals: at 1-4 rows it decoded plain where the served instances committed
   1.1-2.1 tokens a row-step.
 
-Steps on the served instances are not as regular as their costs: the instances also
-count the squared seconds of the steps that prefilled nothing, per batch size, and each
-row is simulated with its steps drawn around their cost at the coefficient of variation
-its instances measured (lognormal, seeded; `--step-cv` sets one for every row instead, 0
-for exact costs; a row from before those counters runs at exact costs). On the tiny pair
-a row near the end of its SLA's pace misses it in a run of slow steps, and the policy's
-pace readings move with them.
+Steps on the served instances are not as regular as their costs, and a row near the end
+of its SLA's pace misses it in a run of slow steps. The instances also count the squared
+seconds of the steps that prefilled nothing, per batch size; with `--step-cv measured`
+each row's simulated steps are drawn around their cost (lognormal, seeded) at the
+coefficient of variation its instances measured (a row from before those counters at
+exact costs), and `--step-cv X` draws every row's at X. The default is exact costs: on
+the runs measured so far the drawn steps did not predict better overall
+(docs/BENCHMARKS.md, "The step simulator against the live server").
 
 Nothing is fitted to the served results' goodput or latency.
 
@@ -55,6 +56,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import re
 import statistics
 import sys
@@ -445,6 +447,16 @@ def measured_step_cv(row: dict) -> float:
     return (decode_step_cv(*figures) or 0.0) if buckets else 0.0
 
 
+def step_cv_choice(text: str) -> float | None:
+    """`--step-cv`: a coefficient of variation >= 0, or `measured` (None: each row's own)."""
+    if text == "measured":
+        return None
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"a number >= 0 or 'measured', got {text!r}")
+    return value
+
+
 def predict_rows(
     policies: dict, costs: StepCosts, kv_tokens_per_gb: int, step_cv: float | None = None
 ) -> tuple[list[dict], LiveStepFit]:
@@ -675,9 +687,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument(
         "--step-cv",
-        type=float,
+        type=step_cv_choice,
+        default=0.0,
         help="draw every row's simulated steps around their cost with this coefficient of "
-        "variation (0: exact costs) instead of the spread each row's instances measured",
+        "variation, or `measured`: each row's with the spread its instances measured "
+        "(default 0: exact costs)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -3,6 +3,7 @@ run's rows, then each row priced at its own tokens per row-step and machine spee
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from bench_predict import has_engine_figures, live_fit, machine_speed, measured_step_cv, step_shape
+from bench_predict import (
+    has_engine_figures,
+    live_fit,
+    machine_speed,
+    measured_step_cv,
+    step_cv_choice,
+    step_shape,
+)
 
 BASE, PER_ROW, PER_TOKEN, PER_PREFILL = 0.010, 0.002, 0.004, 0.0002
 
@@ -143,3 +151,9 @@ def test_a_rows_step_spread_is_read_from_its_decode_steps_and_is_zero_where_it_w
     before_the_counters = {"engine": {"by_batch": {"4": {"steps": 50.0, "seconds": 0.6}}}}
     assert measured_step_cv(before_the_counters) == 0.0
     assert measured_step_cv({"engine": {"steps": 5}}) == 0.0
+
+
+def test_step_cv_is_a_number_or_each_rows_measured_spread() -> None:
+    assert step_cv_choice("0.3") == 0.3 and step_cv_choice("measured") is None
+    with pytest.raises(argparse.ArgumentTypeError):
+        step_cv_choice("-0.1")

@@ -45,7 +45,9 @@ LOAD = InstanceLoad(
     lookahead=2,
     lookahead_steps=(5, 0, 7),
     tokens_per_row_step=(0, 9, 4, 3),
-    batch_steps=BatchStepTotals((4, 2), (4, 5), (7, 9), (30, 0), (0.25, 0.125)),
+    batch_steps=BatchStepTotals(
+        (4, 2), (4, 5), (7, 9), (30, 0), (0.25, 0.125), (3, 2), (0.125, 0.125), (0.0078125, 0.0078125)
+    ),
     preemptions=1,
     max_rows=8,
 )
