@@ -458,11 +458,11 @@ def step_cv_choice(text: str) -> float | None:
 
 
 def predict_rows(
-    policies: dict, costs: StepCosts, kv_tokens_per_gb: int, step_cv: float | None = None
+    policies: dict, costs: StepCosts, kv_tokens_per_gb: int, step_cv: float | None = 0.0
 ) -> tuple[list[dict], LiveStepFit]:
     """Each simulated row predicted from the live instances' step costs and from the
     offline fit's, both at the row's machine speed, each step drawn around its cost at
-    ``step_cv`` (None: the row's own measured spread); and the live fit."""
+    ``step_cv`` (0: exact costs; None: the row's own measured spread); and the live fit."""
     args = bench_args(policies["config"])
     builders = {w.name: w for w in workloads(args)}
     setups = {s.name: s for s in SETUPS}
