@@ -140,8 +140,9 @@ def decode_step_cv(
 ) -> float | None:
     """The coefficient of variation of a step's seconds about its batch size's mean, over
     the steps that prefilled nothing: per bucket of at least ``min_steps`` such steps,
-    weighted by its steps; None where no bucket has that many. Totals of two instances
-    or differences of totals over a span give the same reading of that span."""
+    weighted by its steps; None where no bucket has that many. It reads the steps the
+    totals hold: several instances' steps pooled (their totals summed), or a span's
+    (differences of totals)."""
     weighted = total = 0.0
     for count, summed, summed_squares in zip(steps, seconds, squared, strict=True):
         if count < min_steps or summed <= 0:

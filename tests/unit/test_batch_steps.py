@@ -57,7 +57,7 @@ def test_the_spread_of_a_steps_time_is_read_per_batch_size_without_prefills_and_
     totals = counter.totals()
     cv = decode_step_cv(totals.decode_steps, totals.decode_seconds, totals.decode_seconds_squared)
     assert cv == pytest.approx((20 * 0.2 + 60 * 0.25) / 80)
-    # two instances' totals, or a span's differences, add up to the same reading
+    # the same steps counted twice (two instances alike) read the same spread
     doubled = [tuple(2 * v for v in values) for values in (totals.decode_steps, totals.decode_seconds)]
     assert decode_step_cv(*doubled, tuple(2 * v for v in totals.decode_seconds_squared)) == pytest.approx(cv)
     assert decode_step_cv((3,), (0.03,), (0.0003,)) is None

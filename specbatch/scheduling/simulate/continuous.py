@@ -110,7 +110,7 @@ class _InstanceState:
     last_step_s: float = 0.0
     tokens_last_step: float = 1.0
     step_prefill: int = 0  # prompt tokens the step under way prefills
-    step_took_s: float = 0.0  # how long the step under way lasts
+    step_slowdown: float = 1.0  # the step under way's duration over its cost
     counter: BatchStepCounter = field(default_factory=BatchStepCounter)
 
     def held_blocks(self) -> int:
@@ -196,8 +196,8 @@ class ContinuousSimulator:
             state.joining.clear()
             state.stepping = bool(state.rows)
             if state.stepping:
-                duration = self._costs.step_s(len(state.rows), state.step_prefill) * step_factor()
-                state.step_took_s = duration
+                state.step_slowdown = step_factor()
+                duration = self._costs.step_s(len(state.rows), state.step_prefill) * state.step_slowdown
                 heapq.heappush(events, (now + duration, next(order), "step", index))
 
         def schedule(now: float) -> None:
@@ -252,11 +252,9 @@ class ContinuousSimulator:
                     row.outcome.status = "served"
                     finished.append(row)
             rows = len(state.rows)
-            priced_s = self._costs.step_s(rows, state.step_prefill)
-            slowed = state.step_took_s / priced_s if priced_s > 0 else 1.0
-            state.last_step_s = self._costs.step_s(rows, 0) * slowed
+            state.last_step_s = self._costs.step_s(rows, 0) * state.step_slowdown
             state.tokens_last_step = tokens
-            seconds = state.step_took_s
+            seconds = self._costs.step_s(rows, state.step_prefill) * state.step_slowdown
             state.counter.record(rows, round(tokens * rows), state.step_prefill, seconds)
             for row in finished:
                 state.rows.remove(row)
