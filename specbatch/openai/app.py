@@ -187,10 +187,33 @@ def _error(exc: OpenAIError) -> web.Response:
     return web.json_response(exc.body(), status=exc.status)
 
 
+ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health")
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """aiohttp's own refusals (no such route, a method the route lacks, a body over the
+    size limit) in OpenAI's error format, as every other error: clients parse the body
+    of any 4xx as ``{"error": {...}}`` and report its message, and aiohttp's bodies are
+    plain text."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.status == 404:
+            message = f"no route {request.method} {request.path}; this server serves {', '.join(ROUTES)}"
+        elif exc.status == 405:
+            message = f"{request.method} is not allowed on {request.path}"
+        else:
+            message = exc.text or exc.reason
+        return _error(OpenAIError(exc.status, message))
+
+
 def build_app(grpc_url: str, served: Sequence[str], max_pending: int) -> web.Application:
     """The front's application; its gRPC channel opens and closes with the app's event loop."""
     front = Front(served, max_pending)
-    app = web.Application()
+    app = web.Application(middlewares=[openai_errors])
     app.router.add_get("/v1/models", front.models)
     app.router.add_get("/v1/models/{model}", front.model)
     app.router.add_post("/v1/completions", front.completions)

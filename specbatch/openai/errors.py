@@ -9,13 +9,6 @@ from __future__ import annotations
 
 from specbatch.serving.availability import is_unavailable
 
-_TYPES = {
-    400: "invalid_request_error",
-    404: "invalid_request_error",
-    503: "server_error",
-    504: "server_error",
-}
-
 
 class OpenAIError(Exception):
     """A request the front answers with an HTTP error status and OpenAI's error body."""
@@ -31,7 +24,7 @@ class OpenAIError(Exception):
         return {
             "error": {
                 "message": self.message,
-                "type": _TYPES.get(self.status, "server_error"),
+                "type": "invalid_request_error" if 400 <= self.status < 500 else "server_error",
                 "param": self.param,
                 "code": self.code,
             }

@@ -273,3 +273,28 @@ def test_a_client_that_leaves_while_the_pipeline_is_read_ends_the_upstream_call(
 )
 def test_a_step_that_is_down_or_busy_is_a_503(message):
     assert from_pipeline(message).status == 503
+
+
+def test_aiohttps_own_refusals_come_in_openais_error_format():
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from specbatch.openai.app import build_app
+
+    async def scenario():
+        async with TestClient(TestServer(build_app("127.0.0.1:1", ["specbatch"], 4))) as client:
+            unknown = await client.post("/v1/embeddings", json={"model": "specbatch", "input": "x"})
+            wrong_method = await client.get("/v1/chat/completions")
+            too_large = await client.post("/v1/completions", data=b"x" * (2 * 1024 * 1024))
+            models = await client.get("/v1/models")
+            return [(r.status, await r.json()) for r in (unknown, wrong_method, too_large, models)]
+
+    (unknown, wrong_method, too_large, models) = asyncio.run(scenario())
+    assert unknown[0] == 404 and "POST /v1/embeddings" in unknown[1]["error"]["message"]
+    assert "/v1/chat/completions" in unknown[1]["error"]["message"], "the refusal names what is served"
+    assert wrong_method[0] == 405 and wrong_method[1]["error"]["message"].startswith("GET is not allowed")
+    assert too_large[0] == 413 and "body size" in too_large[1]["error"]["message"]
+    refused = (unknown, wrong_method, too_large)
+    assert {body["error"]["type"] for _, body in refused} == {"invalid_request_error"}
+    assert models[0] == 200 and [card["id"] for card in models[1]["data"]] == ["specbatch"]
