@@ -14,7 +14,9 @@ healthy"); gateways and retrying clients treat a 400 as the client's fault and n
 retry. A 400 (or the 404 of a model being brought back) whose message says so
 becomes 503 with Retry-After (see specbatch.serving.availability), and a Triton
 that does not answer at all (restarting) is a 503 as well; so is a health check that
-says "not ready" (Triton says 400). Everything else passes through unchanged, streamed
+says "not ready" (Triton says 400). A body Triton cannot parse (a parameter of the
+wrong JSON type), which it answers 500, becomes the 400 it is. Everything else passes
+through unchanged, streamed
 (`/generate_stream`'s events go out as they come). Requests waiting on a scheduler that
 died are answered here (see specbatch.serving.held).
 """
@@ -40,6 +42,8 @@ MAX_BODY_CEILING = 4_000_000
 # Room for a 1 MiB prompt (the scheduler's per-prompt limit) and a little more.
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 RETRY_AFTER_S = "1"
+# How Triton's HTTP server begins the message of a request body it cannot parse.
+UNPARSEABLE = "Unable to parse"
 
 # Headers that describe one hop's connection, not the message (RFC 9110 §7.6.1).
 HOP_BY_HOP = frozenset(
@@ -154,12 +158,13 @@ async def _relay(
         return web.Response(status=503, body=await upstream.read(), headers=headers)
     plain = "Content-Encoding" not in upstream.headers
     events = "text/event-stream" in upstream.headers.get("Content-Type", "")
-    if upstream.status in (400, 404) and plain:
+    if upstream.status in (400, 404, 500) and plain:
         body = await upstream.read()
         message = _event_error(body) if events else _error_message(body)
         if message is not None and is_unavailable(message):
             return _unavailable(message)
-        return web.Response(status=upstream.status, body=body, headers=headers)
+        status = 400 if upstream.status == 500 and _unparseable(message) else upstream.status
+        return web.Response(status=status, body=body, headers=headers)
     first = b""
     if upstream.status == 200 and plain and events:
         # A stream whose first response is an error may also come as 200 with an error
@@ -177,6 +182,14 @@ async def _relay(
         await response.write(chunk)
     await response.write_eof()
     return response
+
+
+def _unparseable(message: str | None) -> bool:
+    """Whether Triton's 500 is its JSON parser refusing the request: a parameter of the
+    wrong JSON type (``"max_tokens": "8"``) is answered "Unable to parse 'data': attempt to
+    access JSON non-signed-integer as signed-integer" with a 500, which retrying clients
+    and gateways take for a server fault and send again; it is the client's to fix."""
+    return message is not None and message.startswith(UNPARSEABLE)
 
 
 def _error_message(body: bytes) -> str | None:

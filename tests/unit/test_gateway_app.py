@@ -17,12 +17,16 @@ from specbatch.gateway.app import HELD
 
 OVERLOADED = "in ensemble 'specbatch', the server is overloaded: 9 prompts are queued (limit 8); retry later"
 BAD_PROMPT = "in ensemble 'specbatch', text_input: a prompt is empty"
+SERVER_FAULT = "failed to allocate the output tensor"
+UNPARSEABLE = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
 
 
 def upstream_app(seen: list[int]) -> web.Application:
     async def generate(request: web.Request) -> web.Response:
         body = await request.read()
         seen.append(len(body))
+        if not isinstance(json.loads(body).get("max_tokens", 0), int):
+            return web.json_response({"error": UNPARSEABLE}, status=500)
         prompt = json.loads(body)["text_input"][0]
         if prompt == "held":  # a dead scheduler never answers
             await asyncio.Event().wait()
@@ -30,6 +34,8 @@ def upstream_app(seen: list[int]) -> web.Application:
             return web.json_response({"error": OVERLOADED}, status=400)
         if prompt == "":
             return web.json_response({"error": BAD_PROMPT}, status=400)
+        if prompt == "fault":
+            return web.json_response({"error": SERVER_FAULT}, status=500)
         return web.json_response({"text_output": prompt.upper()}, headers={"X-Upstream": "yes"})
 
     async def generate_stream(request: web.Request) -> web.StreamResponse:
@@ -109,6 +115,17 @@ def test_an_overload_refusal_is_a_503_with_retry_after_and_a_bad_prompt_stays_a_
     run(scenario)
 
 
+def test_a_body_triton_cannot_parse_is_the_clients_400_and_a_server_fault_stays_a_500():
+    async def scenario(client, gateway):
+        mistyped = {"text_input": ["hi"], "max_tokens": "8"}
+        reply = await client.post("/v2/models/specbatch/generate", json=mistyped)
+        assert reply.status == 400 and (await reply.json()) == {"error": UNPARSEABLE}
+        reply = await client.post("/v2/models/specbatch/generate", json={"text_input": ["fault"]})
+        assert reply.status == 500 and (await reply.json()) == {"error": SERVER_FAULT}
+
+    run(scenario)
+
+
 def test_a_stream_passes_through_event_by_event():
     async def scenario(client, gateway):
         reply = await client.post("/v2/models/specbatch/generate_stream", json={"text_input": ["a b c"]})
@@ -141,6 +158,7 @@ def test_requests_waiting_on_a_dead_scheduler_are_answered_503_and_others_go_on(
         streaming = asyncio.ensure_future(
             client.post("/v2/models/specbatch/generate_stream", json={"text_input": ["a held"]})
         )
+
         async def both_waiting() -> None:
             while len(held) < 2:
                 await asyncio.sleep(0.01)
