@@ -14,8 +14,8 @@ healthy"); gateways and retrying clients treat a 400 as the client's fault and n
 retry. A 400 (or the 404 of a model being brought back) whose message says so
 becomes 503 with Retry-After (see specbatch.serving.availability), and a Triton
 that does not answer at all (restarting) is a 503 as well; so is a health check that
-says "not ready" (Triton says 400). A body Triton cannot parse (a parameter of the
-wrong JSON type), which it answers 500, becomes the 400 it is. Everything else passes
+says "not ready" (Triton says 400). A body Triton cannot parse (not JSON, or a
+parameter of the wrong JSON type), which it answers 500, becomes the 400 it is. Everything else passes
 through unchanged, streamed
 (`/generate_stream`'s events go out as they come). Requests waiting on a scheduler that
 died are answered here (see specbatch.serving.held).
@@ -42,8 +42,9 @@ MAX_BODY_CEILING = 4_000_000
 # Room for a 1 MiB prompt (the scheduler's per-prompt limit) and a little more.
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 RETRY_AFTER_S = "1"
-# How Triton's HTTP server begins the message of a request body it cannot parse.
-UNPARSEABLE = "Unable to parse"
+# How Triton's HTTP server begins the message of a request body it cannot parse: not
+# JSON at all, or a parameter of the wrong JSON type.
+UNPARSEABLE = ("failed to parse the request JSON buffer", "Unable to parse")
 
 # Headers that describe one hop's connection, not the message (RFC 9110 §7.6.1).
 HOP_BY_HOP = frozenset(
@@ -185,10 +186,12 @@ async def _relay(
 
 
 def _unparseable(message: str | None) -> bool:
-    """Whether Triton's 500 is its JSON parser refusing the request: a parameter of the
-    wrong JSON type (``"max_tokens": "8"``) is answered "Unable to parse 'data': attempt to
-    access JSON non-signed-integer as signed-integer" with a 500, which retrying clients
-    and gateways take for a server fault and send again; it is the client's to fix."""
+    """Whether Triton's 500 is its JSON parser refusing the request. A body that is not
+    JSON ("failed to parse the request JSON buffer: Invalid value. at 0") and a parameter
+    of the wrong JSON type (``"max_tokens": "8"``: "Unable to parse 'data': attempt to
+    access JSON non-signed-integer as signed-integer") are answered 500 by Triton 2.51,
+    which retrying clients and gateways take for a server fault and send again; they are
+    the client's to fix."""
     return message is not None and message.startswith(UNPARSEABLE)
 
 

@@ -1,6 +1,7 @@
 """No request body takes the server down: Triton 2.51 dies on a body over about 4 MiB,
 so every HTTP port a user reaches answers such a body with 413 (the gateway in front
-of Triton's HTTP and metrics ports, the OpenAI front), and the server goes on serving."""
+of Triton's HTTP and metrics ports, the OpenAI front), and the server goes on serving;
+and a body Triton cannot parse, which it answers 500, is the client's 400."""
 
 from __future__ import annotations
 
@@ -56,4 +57,12 @@ def test_a_huge_prompt_over_grpc_is_a_clear_error_and_the_server_stays_up(server
     prompts = np.array([b"a" * SIZES[0]], dtype=np.object_)
     outputs, error = grpc_generate(server.grpc_url, {"text_input": prompts})
     assert outputs == {} and error is not None and "at most 1048576" in error, (outputs, error)
+    still_serving(server)
+
+
+def test_a_body_triton_cannot_parse_is_a_400_over_http(server):
+    bodies = (b'{"text_input": ["hi"], "max_tokens": "8"}', b'{"text_input": ')
+    for path in ("generate", "generate_stream"):
+        url = f"http://{server.http_url}/v2/models/specbatch/{path}"
+        assert [post(url, body) for body in bodies] == [400, 400], path
     still_serving(server)

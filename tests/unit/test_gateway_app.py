@@ -18,6 +18,7 @@ from specbatch.gateway.app import HELD
 OVERLOADED = "in ensemble 'specbatch', the server is overloaded: 9 prompts are queued (limit 8); retry later"
 BAD_PROMPT = "in ensemble 'specbatch', text_input: a prompt is empty"
 SERVER_FAULT = "failed to allocate the output tensor"
+NOT_JSON = "failed to parse the request JSON buffer: Invalid value. at 0"
 UNPARSEABLE = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
 
 
@@ -25,9 +26,13 @@ def upstream_app(seen: list[int]) -> web.Application:
     async def generate(request: web.Request) -> web.Response:
         body = await request.read()
         seen.append(len(body))
-        if not isinstance(json.loads(body).get("max_tokens", 0), int):
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return web.json_response({"error": NOT_JSON}, status=500)
+        if not isinstance(parsed.get("max_tokens", 0), int):
             return web.json_response({"error": UNPARSEABLE}, status=500)
-        prompt = json.loads(body)["text_input"][0]
+        prompt = parsed["text_input"][0]
         if prompt == "held":  # a dead scheduler never answers
             await asyncio.Event().wait()
         if prompt == "overload":
@@ -120,6 +125,8 @@ def test_a_body_triton_cannot_parse_is_the_clients_400_and_a_server_fault_stays_
         mistyped = {"text_input": ["hi"], "max_tokens": "8"}
         reply = await client.post("/v2/models/specbatch/generate", json=mistyped)
         assert reply.status == 400 and (await reply.json()) == {"error": UNPARSEABLE}
+        reply = await client.post("/v2/models/specbatch/generate", data=b"hello")
+        assert reply.status == 400 and (await reply.json()) == {"error": NOT_JSON}
         reply = await client.post("/v2/models/specbatch/generate", json={"text_input": ["fault"]})
         assert reply.status == 500 and (await reply.json()) == {"error": SERVER_FAULT}
 
