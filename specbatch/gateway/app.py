@@ -15,10 +15,10 @@ retry. A 400 (or the 404 of a model being brought back) whose message says so
 becomes 503 with Retry-After (see specbatch.serving.availability), and a Triton
 that does not answer at all (restarting) is a 503 as well; so is a health check that
 says "not ready" (Triton says 400). A body Triton cannot parse (not JSON, or a
-parameter of the wrong JSON type), which it answers 500, becomes the 400 it is. Everything else passes
-through unchanged, streamed
-(`/generate_stream`'s events go out as they come). Requests waiting on a scheduler that
-died are answered here (see specbatch.serving.held).
+parameter of the wrong JSON type), which it answers 500, becomes the 400 it is.
+Everything else passes through unchanged, streamed (`/generate_stream`'s events go out
+as they come). Requests waiting on a scheduler that died are answered here (see
+specbatch.serving.held).
 """
 
 from __future__ import annotations
