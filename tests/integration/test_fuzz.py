@@ -5,9 +5,11 @@ Every request must get exactly one well-formed answer: served, or an error namin
 problem (HTTP 400; on the stream, an error response), never a 200 carrying an error,
 never a hang, never a crashed stub; and the concurrent request is answered correctly
 all along. Triton 2.51 answers a few malformations itself before the pipeline sees
-them (wrong JSON types: HTTP 500; /generate of a streaming request: 200 with an
-error); the oracle accepts those as they are, and the strict xfail tests at the end
-pin them and the pipeline's own known defects, so each one shows up when it is fixed.
+them: wrong JSON types with HTTP 500, which the gateway turns into the client's 400
+(pinned by test_json_type_errors_are_client_errors), and /generate of a streaming
+request with 200 and an error, which the oracle accepts as it is and a strict xfail
+test at the end pins, with the pipeline's own known defects, so each one shows up when
+it is fixed.
 
 `make test` runs a few dozen derandomized examples per protocol; `make fuzz` runs many
 more, freshly random (SPECBATCH_FUZZ_EXAMPLES, SPECBATCH_FUZZ_RANDOM=1).
@@ -140,8 +142,8 @@ def check_http(drawn: Drawn, status: int, body: dict) -> None:
     error = body.get("error") if isinstance(body.get("error"), str) and "text_output" not in body else None
     assert not any(mark in json.dumps(body).lower() for mark in BROKEN), body
     if UPSTREAM_JSON in scopes:
-        # Triton 2.51's JSON reader: 500 "Unable to parse ..." (test_json_type_errors_are_client_errors).
-        assert status in (400, 500) and error and "parse" in error.lower(), (status, body)
+        # Triton 2.51's JSON reader ("Unable to parse ..."): its 500 is the gateway's 400.
+        assert status == 400 and error and "parse" in error.lower(), (status, body)
         return
     if UPSTREAM_COUNT in scopes and status == 200:
         # /generate of a streaming request (test_generate_with_stream_true_is_a_client_error).
@@ -286,14 +288,13 @@ def test_non_utf8_stop_words_are_refused(server):
     assert error and "stop_words" in error and "UTF-8" in error, (outputs, error)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="Triton 2.51 upstream: its HTTP JSON reader answers wrong JSON types with 500"
-)
 @pytest.mark.parametrize(
     "raw",
     [b'{"text_input": 5}', b'{"text_input": "hi", "max_tokens": "four"}', b'{"text_input": "\\ud800"}'],
 )
 def test_json_type_errors_are_client_errors(server, raw):
+    """Triton 2.51's JSON reader answers these with 500; the gateway in front of it
+    answers the client's 400."""
     status, body = post_generate(server, None, raw=raw)
     assert status == 400, (status, body)
 
