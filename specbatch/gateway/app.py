@@ -15,10 +15,11 @@ retry. A 400 (or the 404 of a model being brought back) whose message says so
 becomes 503 with Retry-After (see specbatch.serving.availability), and a Triton
 that does not answer at all (restarting) is a 503 as well; so is a health check that
 says "not ready" (Triton says 400). A body Triton cannot parse (not JSON, or a
-parameter of the wrong JSON type), which it answers 500, becomes the 400 it is.
-Everything else passes through unchanged, streamed (`/generate_stream`'s events go out
-as they come). Requests waiting on a scheduler that died are answered here (see
-specbatch.serving.held).
+parameter of the wrong JSON type), which it answers 500, becomes the 400 it is, and
+so does the 200 carrying only an error with which it answers `/generate` for a request
+the model answers more than once (`"stream": true`). Everything else passes through
+unchanged, streamed (`/generate_stream`'s events go out as they come). Requests
+waiting on a scheduler that died are answered here (see specbatch.serving.held).
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ async def _relay(
             return _unavailable(message)
         status = 400 if upstream.status == 500 and _unparseable(message) else upstream.status
         return web.Response(status=status, body=body, headers=headers)
+    if upstream.status == 200 and plain and not events and request.path.endswith("/generate"):
+        body = await upstream.read()
+        return web.Response(status=400 if _only_an_error(body) else 200, body=body, headers=headers)
     first = b""
     if upstream.status == 200 and plain and events:
         # A stream whose first response is an error may also come as 200 with an error
@@ -193,6 +197,18 @@ def _unparseable(message: str | None) -> bool:
     which retrying clients and gateways take for a server fault and send again; they are
     the client's to fix."""
     return message is not None and message.startswith(UNPARSEABLE)
+
+
+def _only_an_error(body: bytes) -> bool:
+    """Whether a 200 from ``/generate`` carries nothing but an error. Triton 2.51 answers
+    a request whose model sends several responses (``"stream": true``) with 200 and
+    {"error": "generate expects model to produce exactly 1 response, ..."}; an answer the
+    pipeline served always carries its outputs beside its (possibly empty) errors."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and set(answer) == {"error"} and bool(answer["error"])
 
 
 def _error_message(body: bytes) -> str | None:

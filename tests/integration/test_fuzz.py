@@ -4,12 +4,10 @@ tensors at the gRPC stream, while a well-formed request runs beside them through
 Every request must get exactly one well-formed answer: served, or an error naming the
 problem (HTTP 400; on the stream, an error response), never a 200 carrying an error,
 never a hang, never a crashed stub; and the concurrent request is answered correctly
-all along. Triton 2.51 answers a few malformations itself before the pipeline sees
-them: wrong JSON types with HTTP 500, which the gateway turns into the client's 400
-(pinned by test_json_type_errors_are_client_errors), and /generate of a streaming
-request with 200 and an error, which the oracle accepts as it is and a strict xfail
-test at the end pins, with the pipeline's own known defects, so each one shows up when
-it is fixed.
+all along. Triton 2.51 answers two malformations itself before the pipeline sees
+them, wrong JSON types with HTTP 500 and /generate of a streaming request with 200 and
+an error; the gateway in front of it turns both into the client's 400 (pinned by the
+two tests before the last).
 
 `make test` runs a few dozen derandomized examples per protocol; `make fuzz` runs many
 more, freshly random (SPECBATCH_FUZZ_EXAMPLES, SPECBATCH_FUZZ_RANDOM=1).
@@ -145,10 +143,15 @@ def check_http(drawn: Drawn, status: int, body: dict) -> None:
         # Triton 2.51's JSON reader ("Unable to parse ..."): its 500 is the gateway's 400.
         assert status == 400 and error and "parse" in error.lower(), (status, body)
         return
-    if UPSTREAM_COUNT in scopes and status == 200:
-        # /generate of a streaming request (test_generate_with_stream_true_is_a_client_error).
-        assert error is None or "exactly 1 response" in error, body
-        return
+    if UPSTREAM_COUNT in scopes:
+        # /generate of a streaming request: Triton's 200 carrying only "exactly 1 response"
+        # is the gateway's 400 (test_generate_with_stream_true_is_a_client_error).
+        if error is not None and "exactly 1 response" in error:
+            assert status == 400, (status, body)
+            return
+        if status == 200:
+            assert error is None, body
+            return
     if not drawn.problems:
         assert status == 200 and error is None, (status, body)
         prompts = drawn.payload["text_input"]
@@ -299,11 +302,9 @@ def test_json_type_errors_are_client_errors(server, raw):
     assert status == 400, (status, body)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton 2.51 upstream: /generate answers a model's several responses with HTTP 200 and an error",
-)
 def test_generate_with_stream_true_is_a_client_error(server):
+    """Triton 2.51 answers /generate with 200 and an error when the model responds more
+    than once; the gateway in front of it answers the client's 400."""
     status, body = post_generate(server, {"text_input": INFOBENCH_PROMPT, "stream": True, "max_tokens": 2})
     assert status == 400, (status, body)
 

@@ -17,6 +17,10 @@ from specbatch.gateway.app import HELD
 
 OVERLOADED = "in ensemble 'specbatch', the server is overloaded: 9 prompts are queued (limit 8); retry later"
 BAD_PROMPT = "in ensemble 'specbatch', text_input: a prompt is empty"
+SEVERAL_RESPONSES = (
+    "generate expects model to produce exactly 1 response, use generate stream for model that generates "
+    "various number of responses"
+)
 SERVER_FAULT = "failed to allocate the output tensor"
 NOT_JSON = "failed to parse the request JSON buffer: Invalid value. at 0"
 UNPARSEABLE = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
@@ -39,6 +43,8 @@ def upstream_app(seen: list[int]) -> web.Application:
             return web.json_response({"error": OVERLOADED}, status=400)
         if prompt == "":
             return web.json_response({"error": BAD_PROMPT}, status=400)
+        if prompt == "several":  # Triton's answer to /generate of a model that responds more than once
+            return web.json_response({"error": SEVERAL_RESPONSES})
         if prompt == "fault":
             return web.json_response({"error": SERVER_FAULT}, status=500)
         return web.json_response({"text_output": prompt.upper()}, headers={"X-Upstream": "yes"})
@@ -182,5 +188,15 @@ def test_requests_waiting_on_a_dead_scheduler_are_answered_503_and_others_go_on(
         assert len(held) == 0
         reply = await client.post("/v2/models/specbatch/generate", json={"text_input": ["next"]})
         assert reply.status == 200 and (await reply.json()) == {"text_output": "NEXT"}
+
+    run(scenario)
+
+
+def test_a_generate_answer_carrying_only_an_error_is_a_400_and_served_answers_pass():
+    async def scenario(client, gateway):
+        reply = await client.post("/v2/models/specbatch/generate", json={"text_input": ["several"]})
+        assert reply.status == 400 and (await reply.json()) == {"error": SEVERAL_RESPONSES}
+        reply = await client.post("/v2/models/specbatch/generate", json={"text_input": ["fine"]})
+        assert reply.status == 200 and (await reply.json()) == {"text_output": "FINE"}
 
     run(scenario)
