@@ -11,7 +11,7 @@ It also gives an overload the status clients retry on. Triton's ensemble hands t
 scheduler's UNAVAILABLE to an HTTP client as 400 ("in ensemble 'specbatch', the server
 is overloaded ..."), and a step whose process died as 400 too ("Stub process ... is not
 healthy"); gateways and retrying clients treat a 400 as the client's fault and never
-retry. A 400 (or the 404 of a model being brought back) whose message says so
+retry. A 400 or 500 (or the 404 of a model being brought back) whose message says so
 becomes 503 with Retry-After (see specbatch.serving.availability), and a Triton
 that does not answer at all (restarting) is a 503 as well; so is a health check that
 says "not ready" (Triton says 400). A body Triton cannot parse (not JSON, or a

@@ -187,9 +187,6 @@ def _error(exc: OpenAIError) -> web.Response:
     return web.json_response(exc.body(), status=exc.status)
 
 
-ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health")
-
-
 @web.middleware
 async def openai_errors(request: web.Request, handler: Callable) -> web.StreamResponse:
     """aiohttp's own refusals (no such route, a method the route lacks, a body over the
@@ -202,7 +199,8 @@ async def openai_errors(request: web.Request, handler: Callable) -> web.StreamRe
         if exc.status < 400:
             raise
         if exc.status == 404:
-            message = f"no route {request.method} {request.path}; this server serves {', '.join(ROUTES)}"
+            served = sorted({resource.canonical for resource in request.app.router.resources()})
+            message = f"no route {request.method} {request.path}; this server serves {', '.join(served)}"
         elif exc.status == 405:
             message = f"{request.method} is not allowed on {request.path}"
         else:

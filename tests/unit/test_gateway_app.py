@@ -45,6 +45,8 @@ def upstream_app(seen: list[int]) -> web.Application:
             return web.json_response({"error": BAD_PROMPT}, status=400)
         if prompt == "several":  # Triton's answer to /generate of a model that responds more than once
             return web.json_response({"error": SEVERAL_RESPONSES})
+        if prompt == "overload as 500":
+            return web.json_response({"error": OVERLOADED}, status=500)
         if prompt == "fault":
             return web.json_response({"error": SERVER_FAULT}, status=500)
         return web.json_response({"text_output": prompt.upper()}, headers={"X-Upstream": "yes"})
@@ -122,6 +124,8 @@ def test_an_overload_refusal_is_a_503_with_retry_after_and_a_bad_prompt_stays_a_
             assert (await reply.json()) == {"error": OVERLOADED}
         reply = await client.post("/v2/models/specbatch/generate", json={"text_input": [""]})
         assert reply.status == 400 and (await reply.json()) == {"error": BAD_PROMPT}
+        reply = await client.post("/v2/models/specbatch/generate", json={"text_input": ["overload as 500"]})
+        assert reply.status == 503 and (await reply.json()) == {"error": OVERLOADED}
 
     run(scenario)
 
