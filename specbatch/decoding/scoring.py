@@ -28,8 +28,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class ChoiceScores:
+    """A scored prompt: the most likely label, every label's log-likelihood, and the
+    prompt tokens the target read to score them (what a served answer reports as its
+    input tokens: a scoring generates nothing, but it prefills its whole prompt)."""
+
     best: str
     logprobs: dict[str, float]
+    input_tokens: int
 
 
 def _encode(pair: ModelPair, text: str) -> list[int]:
@@ -88,7 +93,10 @@ def score_choices(
     for index, label, row, t in owners:
         read = logprob_rows[row][: len(t)]
         scores[index][label] = float(read.gather(-1, torch.tensor(t).unsqueeze(-1)).sum())
-    return [ChoiceScores(best=max(s, key=lambda label: s[label]), logprobs=s) for s in scores]
+    return [
+        ChoiceScores(best=max(s, key=lambda label: s[label]), logprobs=s, input_tokens=len(ids))
+        for s, ids in zip(scores, prompt_ids, strict=True)
+    ]
 
 
 def _shared_lead(row_ids: list[list[int]]) -> list[int] | None:

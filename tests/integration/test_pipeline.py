@@ -42,6 +42,9 @@ def test_mixed_request_answers_every_prompt_in_order(server, protocol):
     for answer, letters in ((answers[1], "ABCD"), (answers[3], "ABCDE")):
         match = re.fullmatch(r"The answer is \(([A-Z])\)", answer.text)
         assert match and match.group(1) in letters
+        assert answer.num_input_tokens > 0, "a scoring reads its prompt"
+        assert answer.num_output_tokens == 0, "a scoring generates nothing"
+    assert answers[0].num_input_tokens == answers[0].num_output_tokens == 0, "no model reads a graph"
     for answer in (answers[2], answers[4]):
         assert answer.text.strip()
         assert answer.finish_reason in ("stop", "length")

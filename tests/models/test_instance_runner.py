@@ -169,6 +169,10 @@ def test_a_scoring_row_answers_one_of_its_choices(instance, reference, target):
     assert raw.text in raw_choices and raw.text == expected_raw.best
     assert chatted.text in ("A", "B", "C") and chatted.text == expected_chat.best
     assert {(o.instance, o.finish_reason, o.error) for o in (raw, chatted)} == {("inst0", "stop", "")}
+    encode = reference.pair.tokenizer.encode
+    assert raw.num_input_tokens == len(encode(raw_prompt, add_special_tokens=False)) > 0
+    assert chatted.num_input_tokens == len(encode(chat_prompt, add_special_tokens=False)) > 0
+    assert raw.num_output_tokens == chatted.num_output_tokens == 0, "a scoring generates nothing"
 
 
 def test_unknown_messages_are_ignored(instance):

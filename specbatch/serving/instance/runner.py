@@ -175,7 +175,8 @@ class InstanceRunner:
         if scores is None:
             self._done(row, RowOutcome.failed(error, reason="error"))
         else:
-            self._done(row, RowOutcome(text=scores.best, finish_reason="stop"))
+            outcome = RowOutcome(text=scores.best, finish_reason="stop", num_input_tokens=scores.input_tokens)
+            self._done(row, outcome)
 
     def _done(self, row: int, outcome: RowOutcome) -> None:
         """The row's end: forget it, send the text still waiting, then its outcome."""
