@@ -13,6 +13,7 @@ from jinja2 import Template
 from serving_helpers import over_the_wire, word_target
 from transformers import AutoTokenizer
 
+from specbatch.decoding.scoring import ChoiceScores
 from specbatch.decoding.tiny import build_tiny_pair, refresh_chat_template
 from specbatch.decoding.tokenizer_build import CHAT_TEMPLATE
 from specbatch.scheduling.load import InstanceLoad
@@ -228,7 +229,7 @@ class _ScoringEngine:
 
     def submit_scoring(self, prompt, labels, on_done):
         self.prompts.append(prompt)
-        on_done(SimpleNamespace(best=labels[0]), "")
+        on_done(ChoiceScores(best=labels[0], logprobs={}, input_tokens=len(prompt)), "")
 
 
 def test_the_instance_runs_the_scheduler_s_rendered_text_unchanged(tokenizer, target):
