@@ -35,6 +35,8 @@ class GenerationOptions:
     top_p: float | None = None
     top_k: int | None = None
     task: str | None = None
+    # a sampled prompt with a seed gives the same tokens on every call, in any batch
+    random_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class SpecbatchClient:
 
     def _generate_http(self, prompts: list[str], options: GenerationOptions) -> list[Answer]:
         body: dict[str, object] = {"text_input": prompts}
-        for name in ("max_tokens", "temperature", "top_p", "top_k"):
+        for name in ("max_tokens", "temperature", "top_p", "top_k", "random_seed"):
             value = getattr(options, name)
             if value is not None:
                 body[name] = value
@@ -136,6 +138,7 @@ class SpecbatchClient:
             "temperature": (options.temperature, np.float32),
             "top_p": (options.top_p, np.float32),
             "top_k": (options.top_k, np.int32),
+            "random_seed": (options.random_seed, np.uint64),
         }
         for name, (value, dtype) in scalars.items():
             if value is not None:
@@ -169,9 +172,8 @@ class SpecbatchClient:
 
 
 def _grpc_input(grpcclient, name: str, array: np.ndarray):
-    datatype = (
-        "BYTES" if array.dtype == np.object_ else {np.int32: "INT32", np.float32: "FP32"}[array.dtype.type]
-    )
+    numeric = {np.int32: "INT32", np.uint64: "UINT64", np.float32: "FP32"}
+    datatype = "BYTES" if array.dtype == np.object_ else numeric[array.dtype.type]
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor

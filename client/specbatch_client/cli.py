@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--task", choices=("graph", "mmlu", "infobench"), help="skip routing")
+    parser.add_argument("--seed", type=int, help="random_seed: a sampled answer the same on every call")
     args = parser.parse_args(argv)
 
     prompts = list(args.prompts)
@@ -30,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     if not prompts:
         parser.error("give prompts as arguments or with --file")
     client = SpecbatchClient(args.url or DEFAULT_URLS[args.protocol], args.protocol)
-    options = GenerationOptions(args.max_tokens, args.temperature, args.top_p, args.top_k, args.task)
+    options = GenerationOptions(
+        args.max_tokens, args.temperature, args.top_p, args.top_k, args.task, random_seed=args.seed
+    )
     try:
         answers = client.generate(prompts, options)
     except ServerError as exc:

@@ -39,6 +39,15 @@ def _hash(*parts: torch.Tensor) -> torch.Tensor:
     return state
 
 
+def as_int64(seed: int) -> int:
+    """A seed of up to 64 bits as the int64 a device tensor holds: an unsigned seed past
+    2**63 (TensorRT-LLM's `random_seed` is UINT64) wraps to its two's complement, which
+    keeps all 64 bits for the hash. ValueError outside [-2**63, 2**64)."""
+    if not -(1 << 63) <= seed < 1 << 64:
+        raise ValueError(f"a seed must fit in 64 bits, got {seed}")
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
 def _to_unit(bits: torch.Tensor) -> torch.Tensor:
     """32 random bits to a float64 strictly inside (0, 1)."""
     return (bits.to(torch.float64) + 0.5) / 4294967296.0

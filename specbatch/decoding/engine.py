@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specbatch.decoding import counter_random
 from specbatch.decoding.host_memory import keep_freed_memory
 from specbatch.decoding.kv_blocks import BlockPool, OutOfBlocksError, blocks_in_budget
 from specbatch.decoding.lookahead import (
@@ -244,7 +245,10 @@ class Engine:
 
     def _new_row(self, request: GenerationRequest, sink: RowSink, key: int, mode: str) -> Row:
         prompt = self._prompt_ids(request)
-        seed = request.seed if request.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
+        if request.seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        else:
+            seed = counter_random.as_int64(request.seed)
         return Row(
             handle=RowHandle(),
             request=request,

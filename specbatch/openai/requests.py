@@ -6,9 +6,9 @@ penalties and logit biases (the sampler has none), structured output (`response_
 other than text, vLLM's guided decoding), and the vLLM extensions `ignore_eos`,
 `min_tokens`, `min_p` and `stop_token_ids` (rows always stop at EOS). Each is accepted
 at the value that means "not used", as clients send their defaults. vLLM's `top_k`
-extension is honoured (-1 or 0: off). `seed` is accepted and changes nothing: OpenAI
-makes it best effort, and greedy decoding (temperature 0) gives the same tokens however
-a row is batched.
+extension is honoured (-1 or 0: off). `seed` is honoured as the pipeline's `random_seed`:
+a sampled prompt with a seed gives the same tokens in any batch (greedy decoding,
+temperature 0, does so without one).
 A chat request becomes its last user message (which the router classifies) plus the
 earlier turns, which the model instance renders with Qwen3's chat template. The body
 field `self_refine` (true or false; the openai client sends it in `extra_body`) is the
@@ -66,6 +66,7 @@ class Call:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    seed: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
@@ -172,6 +173,7 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "temperature": _number_within(body.get("temperature"), "temperature", 0.0, 2.0),
         "top_p": _number_within(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
         "top_k": _top_k(body.get("top_k")),
+        "seed": _seed(body.get("seed")),
         "stop": _stop(body.get("stop")),
         "stream": stream,
         "include_usage": include_usage,
@@ -194,6 +196,16 @@ def _top_k(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
         raise bad_request("top_k must be an integer: -1 or 0 (off), or how many tokens to keep", "top_k")
     return max(value, 0)
+
+
+def _seed(value: Any) -> int | None:
+    """`seed` as the pipeline's `random_seed` (UINT64): a negative seed by its two's
+    complement, so every 64-bit integer a client sends is a seed of its own."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not -(1 << 63) <= value < 1 << 64:
+        raise bad_request("seed must be an integer of at most 64 bits", "seed")
+    return value % (1 << 64)
 
 
 def _number_within(value: Any, name: str, low: float, high: float, open_low: bool = False) -> float | None:

@@ -135,6 +135,7 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
         "temperature": (call.temperature, np.float32),
         "top_p": (call.top_p, np.float32),
         "top_k": (call.top_k, np.int32),
+        "random_seed": (call.seed, np.uint64),
     }
     for name, (value, dtype) in optional.items():
         if value is not None:
@@ -151,7 +152,13 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
 
 
 def triton_datatype(dtype: np.dtype) -> str:
-    names = {np.object_: "BYTES", np.bool_: "BOOL", np.int32: "INT32", np.float32: "FP32"}
+    names = {
+        np.object_: "BYTES",
+        np.bool_: "BOOL",
+        np.int32: "INT32",
+        np.uint64: "UINT64",
+        np.float32: "FP32",
+    }
     return {np.dtype(k): v for k, v in names.items()}[np.dtype(dtype)]
 
 

@@ -46,6 +46,7 @@ class RowWork:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    random_seed: int | None = None
     stop: tuple[str, ...] = ()
     stream: bool = False
     choices: tuple[str, ...] = ()

@@ -32,6 +32,8 @@ class SamplingParams:
     top_k: int
     stream: bool = False
     stop: tuple[str, ...] = ()
+    # a sampled row with a seed draws the same tokens in any batch; None: a fresh draw
+    random_seed: int | None = None
 
 
 MAX_STOP_STRINGS = 16
@@ -125,6 +127,7 @@ def sampling_params(
     top_k: int | None = None,
     stream: bool = False,
     stop: tuple[str, ...] = (),
+    random_seed: int | None = None,
 ) -> SamplingParams:
     """Validate one prompt's parameters against the server's limits and fill defaults."""
     tokens = limits.default_max_tokens if max_tokens is None else int(max_tokens)
@@ -141,6 +144,15 @@ def sampling_params(
     k = 0 if top_k is None else int(top_k)
     if k < 0:
         raise PromptError(f"top_k must be >= 0 (0 disables it), got {k}")
+    seed = None if random_seed is None else int(random_seed)
+    if seed is not None and not 0 <= seed < 1 << 64:
+        raise PromptError(f"random_seed must lie in [0, 2**64), got {seed}")
     return SamplingParams(
-        max_tokens=tokens, temperature=temp, top_p=p, top_k=k, stream=bool(stream), stop=tuple(stop)
+        max_tokens=tokens,
+        temperature=temp,
+        top_p=p,
+        top_k=k,
+        stream=bool(stream),
+        stop=tuple(stop),
+        random_seed=seed,
     )

@@ -116,6 +116,18 @@ def test_chat_applies_qwen3_template_in_the_instance(client, server, tokenizer):
     assert thinking.usage.prompt_tokens == reply.usage.prompt_tokens - think_block
 
 
+def test_a_seed_makes_a_sampled_completion_reproducible(client):
+    def sampled(seed: int) -> str:
+        reply = client.completions.create(
+            model="specbatch", prompt=INFOBENCH_PROMPT, max_tokens=16, temperature=1.0, seed=seed
+        )
+        return reply.choices[0].text
+
+    first = sampled(-5)  # any 64-bit integer is a seed
+    assert sampled(-5) == first
+    assert sampled(11) != first
+
+
 def test_chat_routes_like_generate(client):
     graph = client.chat.completions.create(
         model="specbatch", messages=[{"role": "user", "content": GRAPH_PROMPT}], max_tokens=16

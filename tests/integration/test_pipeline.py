@@ -74,6 +74,35 @@ def test_greedy_output_through_the_server_equals_engine_target_only(server, tiny
     assert all(a.total_draft_tokens > 0 for a in answers)
 
 
+def test_a_seeded_sampled_prompt_is_the_targets_own_seeded_draw_in_any_company(server, tiny_pair_dir):
+    """random_seed makes sampling reproducible through the pipeline: alone or beside other
+    prompts, over HTTP or gRPC, the answer is the target-only seeded output."""
+    from specbatch.decoding import Engine, GenerationRequest, load_model_pair
+    from specbatch.routing import build_infobench_prompt
+
+    options = GenerationOptions(max_tokens=24, temperature=1.0, top_p=0.95, random_seed=(1 << 64) - 3)
+    alone = client_for(server, "http").generate([INFOBENCH_PROMPT], options)[0]
+    company = client_for(server, "grpc").generate([INFOBENCH_DATASET_PROMPT, INFOBENCH_PROMPT], options)
+
+    pair = load_model_pair(str(tiny_pair_dir / "target"), str(tiny_pair_dir / "draft"), device="cpu")
+    [reference] = Engine(pair).generate(
+        [
+            GenerationRequest(
+                prompt=build_infobench_prompt(INFOBENCH_PROMPT),
+                max_new_tokens=24,
+                temperature=1.0,
+                top_p=0.95,
+                seed=(1 << 64) - 3,
+            )
+        ],
+        mode="target_only",
+    )
+    assert alone.text == company[1].text == reference.text
+    assert alone.total_draft_tokens > 0, "speculated, and still the target's own draw"
+    other_seed = GenerationOptions(max_tokens=24, temperature=1.0, top_p=0.95, random_seed=7)
+    assert client_for(server, "http").generate([INFOBENCH_PROMPT], other_seed)[0].text != alone.text
+
+
 def router_counts(server) -> tuple[int, int]:
     with urllib.request.urlopen(f"http://{server.http_url}/v2/models/router/stats") as reply:
         stats = json.load(reply)["model_stats"][0]

@@ -4,6 +4,8 @@ The filters and the verification rule on plain tensors are tested in tests/unit.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from pairs import letters_tokenizer, make_pair
@@ -139,3 +141,6 @@ def test_seeded_rows_reproduce_in_any_batch_under_any_lookahead() -> None:
         assert engine.generate([*company, request])[-1].tokens == reference, lookahead
     other_seed = GenerationRequest([5, 9, 11, 40], max_new_tokens=24, temperature=0.9, top_p=0.95, seed=78)
     assert Engine(pair).generate([other_seed], mode="target_only")[0].tokens != reference
+    top_seed = dataclasses.replace(request, seed=(1 << 64) - 1)  # past int64: TensorRT-LLM's UINT64
+    engine = Engine(pair)
+    assert engine.generate([top_seed])[0].tokens == engine.generate([*company, top_seed])[-1].tokens

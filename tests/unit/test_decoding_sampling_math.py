@@ -10,6 +10,7 @@ import itertools
 import pytest
 import torch
 
+from specbatch.decoding import counter_random
 from specbatch.decoding.sampling import SamplingFeatures, SamplingTensors, probabilities, sample
 from specbatch.decoding.speculative import verify
 from specbatch.decoding.thresholds import top_k_keep, top_p_keep
@@ -147,3 +148,19 @@ def test_partial_selection_filters_equal_the_sorting_filters(dtype: torch.dtype)
         threshold = torch.full((4, 1, 1), p, dtype=dtype)
         assert torch.equal(top_p_keep(probs, threshold, 0), _sorted_top_p(probs, p)), p
         assert torch.equal(top_p_keep(within_top_8, threshold, 8), _sorted_top_p(within_top_8, p)), p
+
+
+def test_a_64_bit_seed_keeps_all_its_bits_on_the_device() -> None:
+    """TensorRT-LLM's random_seed is UINT64: past 2**63 it wraps to its two's complement,
+    and the stream hashes both halves, so seeds that differ only in their high bits (or
+    only in their low bits) draw apart."""
+    assert counter_random.as_int64(5) == 5
+    assert counter_random.as_int64((1 << 64) - 1) == -1
+    assert counter_random.as_int64(1 << 63) == -(1 << 63)
+    for outside in (1 << 64, -(1 << 63) - 1):
+        with pytest.raises(ValueError, match="64 bits"):
+            counter_random.as_int64(outside)
+    seeds = [1, (1 << 32) + 1, (1 << 64) - 1, (1 << 64) - 2]
+    tensor = torch.tensor([counter_random.as_int64(s) for s in seeds], dtype=torch.long)
+    draws = counter_random.uniforms(tensor, torch.zeros(len(seeds), 1, dtype=torch.long), counter_random.NEXT)
+    assert len(set(draws[:, 0].tolist())) == len(seeds)

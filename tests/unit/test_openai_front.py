@@ -78,6 +78,9 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"model": "m", "prompt": "x", "guided_choice": ["a", "b"]}, "guided_choice"),
         ({"model": "m", "prompt": "x", "top_k": -2}, "top_k"),
         ({"model": "m", "prompt": "x", "top_k": 2.5}, "top_k"),
+        ({"model": "m", "prompt": "x", "seed": 1.5}, "seed"),
+        ({"model": "m", "prompt": "x", "seed": True}, "seed"),
+        ({"model": "m", "prompt": "x", "seed": 1 << 64}, "seed"),
     ],
 )
 def test_bad_completions_name_the_parameter(body, param):
@@ -96,10 +99,9 @@ def test_clients_defaults_for_what_the_pipeline_lacks_are_accepted_and_top_k_is_
         "min_p": 0.0,
         "stop_token_ids": [],
         "logit_bias": {},
-        "seed": 7,
     }
     call = parse_chat({"model": "m", "messages": [{"role": "user", "content": "u"}], "top_k": 5, **defaults})
-    assert call.top_k == 5
+    assert call.top_k == 5 and call.seed is None
     assert parse_completion({"model": "m", "prompt": "x", "top_k": -1}).top_k == 0
     assert parse_completion({"model": "m", "prompt": "x"}).top_k is None
 
@@ -175,6 +177,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
             "stop": ["x"],
             "stream": True,
             "self_refine": True,
+            "seed": -1,
         }
     )
     routed = {
@@ -183,6 +186,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
     }
     arrays = scheduler_arrays(call, routed)
     assert arrays["self_refine"].tolist() == [[True]] and arrays["top_k"].tolist() == [[3]]
+    assert arrays["random_seed"].tolist() == [[(1 << 64) - 1]], "a negative seed by its two's complement"
     _, router_out = ensemble_step("router")
     scheduler_in, _ = ensemble_step("scheduler")
     # the router's outputs reach the scheduler input of the same name, as in the ensemble

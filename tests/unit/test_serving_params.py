@@ -20,6 +20,12 @@ LIMITS = ServingLimits(max_tokens_cap=100, default_max_tokens=20, default_temper
 def test_defaults_fill_what_the_client_left_out():
     params = sampling_params(LIMITS)
     assert (params.max_tokens, params.temperature, params.top_p, params.top_k) == (20, 0.0, 1.0, 0)
+    assert params.random_seed is None, "no seed: each sampled row draws afresh"
+
+
+def test_a_seed_of_64_bits_is_kept_as_sent():
+    assert sampling_params(LIMITS, random_seed=(1 << 64) - 1).random_seed == (1 << 64) - 1
+    assert sampling_params(LIMITS, random_seed=0).random_seed == 0
 
 
 @pytest.mark.parametrize(
@@ -33,6 +39,8 @@ def test_defaults_fill_what_the_client_left_out():
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"top_k": -1}, "top_k"),
+        ({"random_seed": -1}, "random_seed"),
+        ({"random_seed": 1 << 64}, "random_seed"),
     ],
 )
 def test_bad_values_raise_a_prompt_error_naming_the_parameter(kwargs, fragment):

@@ -29,6 +29,7 @@ COLUMNS = (
     "temperature",
     "top_p",
     "top_k",
+    "random_seed",
     "chat",
     "enable_thinking",
     "chat_history",

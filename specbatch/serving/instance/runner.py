@@ -128,6 +128,7 @@ class InstanceRunner:
                 temperature=work.temperature,
                 top_p=work.top_p,
                 top_k=work.top_k,
+                seed=work.random_seed,
                 stop=work.stop,
                 deadline=deadline,
             )

@@ -405,6 +405,7 @@ class SchedulerCore:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
+            random_seed=sampling.random_seed,
             stop=sampling.stop,
             stream=sampling.stream and not record.refines_next,  # a first answer is not the answer
             seconds_left=seconds_left,
