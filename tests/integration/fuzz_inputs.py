@@ -93,7 +93,7 @@ def http_bodies(draw: st.DrawFn) -> Drawn:
         )
         problems.append(Problem(("parse",), UPSTREAM_JSON))
 
-    def number_field(name: str, good, bad, integral: bool) -> None:
+    def number_field(name: str, good, bad, integral: bool, bad_problem: Problem | None = None) -> None:
         choice = draw(st.sampled_from(["omit", "good", "good", "bad", "wrong-type", "list"]))
         if choice == "omit":
             return
@@ -101,7 +101,7 @@ def http_bodies(draw: st.DrawFn) -> Drawn:
             body[name] = draw(good)
         elif choice == "bad":
             body[name] = draw(bad)
-            problems.append(Problem((name,), PROMPT))
+            problems.append(bad_problem or Problem((name,), PROMPT))
         elif choice == "list":
             values = draw(st.lists(good, min_size=1, max_size=4))
             body[name] = values
@@ -130,6 +130,14 @@ def http_bodies(draw: st.DrawFn) -> Drawn:
         False,
     )
     number_field("top_k", st.integers(0, 50), st.integers(INT32_MIN, -1), True)
+    # a negative seed is not an unsigned integer: Triton's JSON parser refuses it (UINT64)
+    number_field(
+        "random_seed",
+        st.integers(0, 2**64 - 1),
+        st.integers(-(2**63), -1),
+        True,
+        Problem(("parse",), UPSTREAM_JSON),
+    )
     if "max_tokens" not in body:
         body["max_tokens"] = 2
     override = draw(st.sampled_from(["omit", "infobench", "unknown", "wrong-type"]))
@@ -244,7 +252,8 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
                 st.sampled_from(
                     [("max_tokens", "FP32", np.float32), ("max_tokens", "INT64", np.int64),
                      ("temperature", "INT32", np.int32), ("temperature", "FP64", np.float64),
-                     ("top_k", "FP32", np.float32), ("stream", "INT32", np.int32)]
+                     ("top_k", "FP32", np.float32), ("stream", "INT32", np.int32),
+                     ("random_seed", "INT64", np.int64)]
                 )
             )  # fmt: skip
             tensors[name] = Tensor(name, datatype, np.ones((1, 1), dtype=dtype))
