@@ -82,7 +82,9 @@ def test_a_seeded_sampled_prompt_is_the_targets_own_seeded_draw_in_any_company(s
 
     options = GenerationOptions(max_tokens=24, temperature=1.0, top_p=0.95, random_seed=(1 << 64) - 3)
     alone = client_for(server, "http").generate([INFOBENCH_PROMPT], options)[0]
-    company = client_for(server, "grpc").generate([INFOBENCH_DATASET_PROMPT, INFOBENCH_PROMPT], options)
+    # six prompts on two instances: the seeded rows run in batches with others
+    crowd = [INFOBENCH_DATASET_PROMPT, INFOBENCH_PROMPT] * 3
+    company = client_for(server, "grpc").generate(crowd, options)
 
     pair = load_model_pair(str(tiny_pair_dir / "target"), str(tiny_pair_dir / "draft"), device="cpu")
     [reference] = Engine(pair).generate(
@@ -97,7 +99,7 @@ def test_a_seeded_sampled_prompt_is_the_targets_own_seeded_draw_in_any_company(s
         ],
         mode="target_only",
     )
-    assert alone.text == company[1].text == reference.text
+    assert alone.text == company[1].text == company[3].text == company[5].text == reference.text
     assert alone.total_draft_tokens > 0, "speculated, and still the target's own draw"
     other_seed = GenerationOptions(max_tokens=24, temperature=1.0, top_p=0.95, random_seed=7)
     assert client_for(server, "http").generate([INFOBENCH_PROMPT], other_seed)[0].text != alone.text
