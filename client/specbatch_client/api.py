@@ -37,6 +37,8 @@ class GenerationOptions:
     task: str | None = None
     # a sampled prompt with a seed gives the same tokens on every call, in any batch
     random_seed: int | None = None
+    # run every answer to max_tokens through end-of-sequence: fixed lengths for load tests
+    ignore_eos: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class SpecbatchClient:
 
     def _generate_http(self, prompts: list[str], options: GenerationOptions) -> list[Answer]:
         body: dict[str, object] = {"text_input": prompts}
-        for name in ("max_tokens", "temperature", "top_p", "top_k", "random_seed"):
+        for name in ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos"):
             value = getattr(options, name)
             if value is not None:
                 body[name] = value
@@ -139,6 +141,7 @@ class SpecbatchClient:
             "top_p": (options.top_p, np.float32),
             "top_k": (options.top_k, np.int32),
             "random_seed": (options.random_seed, np.uint64),
+            "ignore_eos": (options.ignore_eos, np.bool_),
         }
         for name, (value, dtype) in scalars.items():
             if value is not None:
@@ -172,7 +175,7 @@ class SpecbatchClient:
 
 
 def _grpc_input(grpcclient, name: str, array: np.ndarray):
-    numeric = {np.int32: "INT32", np.uint64: "UINT64", np.float32: "FP32"}
+    numeric = {np.bool_: "BOOL", np.int32: "INT32", np.uint64: "UINT64", np.float32: "FP32"}
     datatype = "BYTES" if array.dtype == np.object_ else numeric[array.dtype.type]
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)

@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--task", choices=("graph", "mmlu", "infobench"), help="skip routing")
     parser.add_argument("--seed", type=int, help="random_seed: a sampled answer the same on every call")
+    parser.add_argument(
+        "--ignore-eos", action="store_true", default=None, help="run every answer to --max-tokens"
+    )
     args = parser.parse_args(argv)
 
     prompts = list(args.prompts)
@@ -32,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give prompts as arguments or with --file")
     client = SpecbatchClient(args.url or DEFAULT_URLS[args.protocol], args.protocol)
     options = GenerationOptions(
-        args.max_tokens, args.temperature, args.top_p, args.top_k, args.task, random_seed=args.seed
+        args.max_tokens,
+        args.temperature,
+        args.top_p,
+        args.top_k,
+        args.task,
+        random_seed=args.seed,
+        ignore_eos=args.ignore_eos,
     )
     try:
         answers = client.generate(prompts, options)

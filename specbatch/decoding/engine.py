@@ -255,7 +255,7 @@ class Engine:
             mode=mode,
             tokens=list(prompt),
             prompt_length=len(prompt),
-            output=RowOutput(request.max_new_tokens, tuple(request.stop)),
+            output=RowOutput(request.max_new_tokens, tuple(request.stop), request.ignore_eos),
             seed=seed,
             sink=sink,
             key=key,

@@ -27,6 +27,9 @@ class GenerationRequest:
     stop: Sequence[str] = ()
     seed: int | None = None
     deadline: float | None = None  # time.monotonic() after which the row is dropped
+    # run to max_new_tokens through end-of-sequence tokens (vLLM's ignore_eos): a load
+    # test's fixed output lengths; the tokens are still the model's own
+    ignore_eos: bool = False
 
 
 @dataclass

@@ -12,13 +12,15 @@ class RowOutput:
 
     max_new_tokens: int
     stop: Sequence[str]
+    ignore_eos: bool = False
     tokens: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     text: str | None = None
 
 
 class StopRules:
-    """Applies EOS, stop strings and max_new_tokens to each step's new tokens.
+    """Applies EOS (unless the row ignores it), stop strings and max_new_tokens to each
+    step's new tokens.
 
     A stop string ends the row at the first token whose text completes it; the
     returned text stops right before the stop string."""
@@ -32,7 +34,7 @@ class StopRules:
         start = len(row.tokens)
         for token in new_tokens:
             row.tokens.append(token)
-            if token in self.eos_token_ids:
+            if token in self.eos_token_ids and not row.ignore_eos:
                 row.finish_reason = "stop"
                 break
             if len(row.tokens) >= row.max_new_tokens:

@@ -3,12 +3,13 @@
 What the pipeline cannot honour is refused with a 400 naming the parameter, never
 silently ignored: several choices (`n` > 1), logprobs, echo, tools, token-id prompts,
 penalties and logit biases (the sampler has none), structured output (`response_format`
-other than text, vLLM's guided decoding), and the vLLM extensions `ignore_eos`,
-`min_tokens`, `min_p` and `stop_token_ids` (rows always stop at EOS). Each is accepted
-at the value that means "not used", as clients send their defaults. vLLM's `top_k`
-extension is honoured (-1 or 0: off). `seed` is honoured as the pipeline's `random_seed`:
-a sampled prompt with a seed gives the same tokens in any batch (greedy decoding,
-temperature 0, does so without one).
+other than text, vLLM's guided decoding), and the vLLM extensions `min_tokens`, `min_p`
+and `stop_token_ids`. Each is accepted at the value that means "not used", as clients
+send their defaults. vLLM's `top_k` extension is honoured (-1 or 0: off), and so is its
+`ignore_eos` (true: the answer runs to `max_tokens` through end-of-sequence tokens, the
+fixed output lengths load testers ask for, e.g. AIPerf's `--extra-inputs ignore_eos:true`).
+`seed` is honoured as the pipeline's `random_seed`: a sampled prompt with a seed gives
+the same tokens in any batch (greedy decoding, temperature 0, does so without one).
 A chat request becomes its last user message (which the router classifies) plus the
 earlier turns, which the model instance renders with Qwen3's chat template. The body
 field `self_refine` (true or false; the openai client sends it in `extra_body`) is the
@@ -37,7 +38,6 @@ _UNSUPPORTED = {
     "tools": (None, []),
     "functions": (None, []),
     "logit_bias": (None, {}),
-    "ignore_eos": (None, False),
     "min_tokens": (None, 0),
     "frequency_penalty": (None, 0),
     "presence_penalty": (None, 0),
@@ -67,6 +67,7 @@ class Call:
     top_p: float | None = None
     top_k: int | None = None
     seed: int | None = None
+    ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
@@ -167,6 +168,9 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
     self_refine = body.get("self_refine") or False
     if not isinstance(self_refine, bool):
         raise bad_request("self_refine must be true or false", "self_refine")
+    ignore_eos = body.get("ignore_eos") or False
+    if not isinstance(ignore_eos, bool):
+        raise bad_request("ignore_eos must be true or false", "ignore_eos")
     return {
         "model": model,
         "max_tokens": _positive_integer(max_tokens, "max_tokens"),
@@ -174,6 +178,7 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "top_p": _number_within(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
         "top_k": _top_k(body.get("top_k")),
         "seed": _seed(body.get("seed")),
+        "ignore_eos": ignore_eos,
         "stop": _stop(body.get("stop")),
         "stream": stream,
         "include_usage": include_usage,

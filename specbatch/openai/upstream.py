@@ -144,6 +144,8 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
         arrays["stop_words"] = _strings(call.stop)
     if call.self_refine:
         arrays["self_refine"] = np.array([[True]], dtype=np.bool_)
+    if call.ignore_eos:
+        arrays["ignore_eos"] = np.array([[True]], dtype=np.bool_)
     if call.kind == "chat":
         arrays["chat"] = np.array([[True]], dtype=np.bool_)
         arrays["enable_thinking"] = np.array([[call.enable_thinking]], dtype=np.bool_)

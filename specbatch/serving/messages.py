@@ -47,6 +47,7 @@ class RowWork:
     top_p: float = 1.0
     top_k: int = 0
     random_seed: int | None = None
+    ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     stream: bool = False
     choices: tuple[str, ...] = ()

@@ -34,6 +34,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     # a sampled row with a seed draws the same tokens in any batch; None: a fresh draw
     random_seed: int | None = None
+    # run to max_tokens through end-of-sequence (vLLM's ignore_eos): fixed output lengths
+    ignore_eos: bool = False
 
 
 MAX_STOP_STRINGS = 16
@@ -128,6 +130,7 @@ def sampling_params(
     stream: bool = False,
     stop: tuple[str, ...] = (),
     random_seed: int | None = None,
+    ignore_eos: bool | None = None,
 ) -> SamplingParams:
     """Validate one prompt's parameters against the server's limits and fill defaults."""
     tokens = limits.default_max_tokens if max_tokens is None else int(max_tokens)
@@ -155,4 +158,5 @@ def sampling_params(
         stream=bool(stream),
         stop=tuple(stop),
         random_seed=seed,
+        ignore_eos=bool(ignore_eos),
     )

@@ -138,6 +138,16 @@ def http_bodies(draw: st.DrawFn) -> Drawn:
         True,
         Problem(("parse",), UPSTREAM_JSON),
     )
+    ignore_eos = draw(st.sampled_from(["omit", "one", "list", "wrong-type"]))
+    if ignore_eos == "one":
+        body["ignore_eos"] = draw(st.booleans())
+    elif ignore_eos == "list":
+        body["ignore_eos"] = draw(st.lists(st.booleans(), min_size=1, max_size=4))
+        if len(body["ignore_eos"]) not in (1, count):
+            problems.append(Problem(("ignore_eos",), REQUEST))
+    elif ignore_eos == "wrong-type":
+        body["ignore_eos"] = draw(st.one_of(st.integers(), st.text(max_size=8)))
+        problems.append(Problem(("parse",), UPSTREAM_JSON))
     if "max_tokens" not in body:
         body["max_tokens"] = 2
     override = draw(st.sampled_from(["omit", "infobench", "unknown", "wrong-type"]))
@@ -253,7 +263,7 @@ def grpc_requests(draw: st.DrawFn) -> Drawn:
                     [("max_tokens", "FP32", np.float32), ("max_tokens", "INT64", np.int64),
                      ("temperature", "INT32", np.int32), ("temperature", "FP64", np.float64),
                      ("top_k", "FP32", np.float32), ("stream", "INT32", np.int32),
-                     ("random_seed", "INT64", np.int64)]
+                     ("random_seed", "INT64", np.int64), ("ignore_eos", "INT32", np.int32)]
                 )
             )  # fmt: skip
             tensors[name] = Tensor(name, datatype, np.ones((1, 1), dtype=dtype))

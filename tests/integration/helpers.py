@@ -31,6 +31,8 @@ MMLU_DATASET_PROMPT = (
     "A. Liver\nB. Pancreas\nC. Kidney\nD. Spleen\nE. Heart"
 )
 INFOBENCH_PROMPT = "Instruction: Write a short note thanking a colleague.\nQuestion: \nGeneration:"
+# A prompt the tiny pair answers with end-of-sequence after 8 tokens (greedy)
+SEA_PROMPT = "Instruction: Write about the sea.\nQuestion: \nGeneration:"
 # A first-token SLA no test's queueing can miss on a loaded 2-core machine. The server's
 # 2 s default makes admission refuse a prompt predicted to wait longer; tests about
 # something else (batching, faults, shutdown) must not depend on how fast the machine

@@ -15,6 +15,7 @@ from helpers import (
     GRAPH_PROMPT,
     INFOBENCH_PROMPT,
     MMLU_DATASET_PROMPT,
+    SEA_PROMPT,
     grpc_generate,
     metric_values,
     scrape,
@@ -126,6 +127,25 @@ def test_a_seed_makes_a_sampled_completion_reproducible(client):
     first = sampled(-5)  # any 64-bit integer is a seed
     assert sampled(-5) == first
     assert sampled(11) != first
+
+
+def test_ignore_eos_runs_a_completion_to_max_tokens(client):
+    plain = client.completions.create(model="specbatch", prompt=SEA_PROMPT, max_tokens=24)
+    assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens < 24
+    chunks = list(
+        client.completions.create(
+            model="specbatch",
+            prompt=SEA_PROMPT,
+            max_tokens=24,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    text = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+    assert text.startswith(plain.choices[0].text) and len(text) > len(plain.choices[0].text)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 24
 
 
 def test_chat_routes_like_generate(client):

@@ -16,6 +16,7 @@ from helpers import (
     INFOBENCH_PROMPT,
     MMLU_DATASET_PROMPT,
     MMLU_PROMPT,
+    SEA_PROMPT,
     grpc_generate,
     metric_values,
     scrape,
@@ -103,6 +104,25 @@ def test_a_seeded_sampled_prompt_is_the_targets_own_seeded_draw_in_any_company(s
     assert alone.total_draft_tokens > 0, "speculated, and still the target's own draw"
     other_seed = GenerationOptions(max_tokens=24, temperature=1.0, top_p=0.95, random_seed=7)
     assert client_for(server, "http").generate([INFOBENCH_PROMPT], other_seed)[0].text != alone.text
+
+
+def test_ignore_eos_runs_a_prompt_to_its_max_tokens_through_end_of_sequence(server):
+    """ignore_eos, per prompt ([N]) over /generate and for the request ([1]) over gRPC: the
+    prompt that ends at end-of-sequence by itself runs on to max_tokens, its text the
+    same up to that end; its neighbour in the request still stops."""
+    body = {"text_input": [SEA_PROMPT, SEA_PROMPT], "max_tokens": 24, "ignore_eos": [True, False]}
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/specbatch/generate", data=json.dumps(body).encode()
+    )
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        answer = json.load(reply)
+    assert answer["finish_reason"] == ["length", "stop"]
+    ignoring, stopping = answer["text_output"]
+    assert answer["num_output_tokens"][0] == 24 and answer["num_output_tokens"][1] < 24
+    assert ignoring.startswith(stopping) and len(ignoring) > len(stopping)
+    options = GenerationOptions(max_tokens=24, ignore_eos=True)
+    [over_grpc] = client_for(server, "grpc").generate([SEA_PROMPT], options)
+    assert (over_grpc.text, over_grpc.finish_reason, over_grpc.num_output_tokens) == (ignoring, "length", 24)
 
 
 def router_counts(server) -> tuple[int, int]:

@@ -97,6 +97,31 @@ def test_rows_stop_at_eos_with_the_eos_token_last(mode: str, pair) -> None:
             assert result.finish_reason == "length"
 
 
+@pytest.mark.parametrize("mode", ["speculative", "target_only"])
+def test_a_row_that_ignores_eos_runs_to_its_budget_beside_rows_that_stop(mode: str, pair) -> None:
+    rows = prompts(6, pair.vocab_size, seed=21)
+    reference = Engine(pair).generate(
+        [GenerationRequest(p, max_new_tokens=30) for p in rows], mode="target_only"
+    )
+    stopping = make_pair("controlled", epsilon=0.3, keep_eos=True)
+    eos = reference[0].tokens[5]
+    stopping.eos_token_ids.clear()
+    stopping.eos_token_ids.add(eos)
+    ignoring = [index % 2 == 0 for index in range(len(rows))]
+    results = Engine(stopping, lookahead=4).generate(
+        [GenerationRequest(p, max_new_tokens=30, ignore_eos=i) for p, i in zip(rows, ignoring, strict=True)],
+        mode=mode,
+    )
+    assert eos in reference[0].tokens[:-1], "row 0 meets its end-of-sequence before its budget"
+    for free_result, result, ignores in zip(reference, results, ignoring, strict=True):
+        if ignores or eos not in free_result.tokens:
+            assert result.tokens == free_result.tokens, "the target's own tokens, end-of-sequence included"
+            assert (result.finish_reason, result.num_output_tokens) == ("length", 30)
+        else:
+            assert result.tokens == free_result.tokens[: free_result.tokens.index(eos) + 1]
+            assert result.finish_reason == "stop"
+
+
 def test_stop_strings_end_the_row_and_are_not_in_the_text() -> None:
     pair = make_pair("same", dtype=torch.float64)
     engine = Engine(pair, lookahead=3)

@@ -67,7 +67,8 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"model": "m", "prompt": "x", "stop": [1]}, "stop"),
         ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
         ({"model": "m", "prompt": "x", "echo": True}, "echo"),
-        ({"model": "m", "prompt": "x", "ignore_eos": True}, "ignore_eos"),
+        ({"model": "m", "prompt": "x", "ignore_eos": "true"}, "ignore_eos"),
+        ({"model": "m", "prompt": "x", "min_tokens": 4}, "min_tokens"),
         ({"model": "m", "prompt": "x", "self_refine": "yes"}, "self_refine"),
         ({"model": "m", "prompt": "x", "frequency_penalty": 0.5}, "frequency_penalty"),
         ({"model": "m", "prompt": "x", "presence_penalty": -1}, "presence_penalty"),
@@ -104,6 +105,18 @@ def test_clients_defaults_for_what_the_pipeline_lacks_are_accepted_and_top_k_is_
     assert call.top_k == 5 and call.seed is None
     assert parse_completion({"model": "m", "prompt": "x", "top_k": -1}).top_k == 0
     assert parse_completion({"model": "m", "prompt": "x"}).top_k is None
+
+
+def test_ignore_eos_is_honoured_and_reaches_the_scheduler_only_when_true():
+    routed = {
+        "routed_task": np.array([[b"infobench"]], dtype=np.object_),
+        "route_error": np.array([[b""]], dtype=np.object_),
+    }
+    on = parse_completion({"model": "m", "prompt": "x", "max_tokens": 9, "ignore_eos": True})
+    assert on.ignore_eos and scheduler_arrays(on, routed)["ignore_eos"].tolist() == [[True]]
+    for body in ({}, {"ignore_eos": False}, {"ignore_eos": None}):
+        off = parse_completion({"model": "m", "prompt": "x", **body})
+        assert not off.ignore_eos and "ignore_eos" not in scheduler_arrays(off, routed)
 
 
 @pytest.mark.parametrize(
@@ -178,6 +191,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
             "stream": True,
             "self_refine": True,
             "seed": -1,
+            "ignore_eos": True,
         }
     )
     routed = {

@@ -75,6 +75,33 @@ def test_rows_cut_at_max_tokens_do_not_teach_the_predictor_a_length():
     assert seen[-1] == 64, "twenty rows cut at 8 tokens say nothing against a longer answer"
 
 
+def test_a_prompt_that_ignores_eos_is_queued_at_its_max_tokens():
+    policy, instance = PredictionsSeen(), Instance()
+    intake = RequestIntake(
+        ServingLimits(max_tokens_cap=64, default_max_tokens=8), word_target(256), lambda: 100.0
+    )
+    core = SchedulerCore(intake, policy, no_graphs, clock=lambda: 100.0)
+    core.instance_joined("s", IDLE, instance)
+    for _ in range(20):  # teach the predictor that this prompt's answers are short
+        core.submit(
+            RoutedRequest(prompts=(INFOBENCH,), tasks=("infobench",), max_tokens=[64]), RecordingReply()
+        )
+        row = instance.runs[-1].rows[0].row
+        outcome = RowOutcome("red", num_output_tokens=3, finish_reason="stop", instance="s")
+        core.instance_done(instance, row, outcome, IDLE)
+    core.submit(
+        RoutedRequest(
+            prompts=(INFOBENCH, INFOBENCH), tasks=("infobench",), max_tokens=[48], ignore_eos=[True, False]
+        ),
+        RecordingReply(),
+    )
+    ignoring, stopping = policy.predicted[-2:]
+    assert ignoring == 48, "no end-of-sequence ends it sooner than its max_tokens"
+    assert stopping < 16, "its neighbour keeps the learned prediction"
+    started = {work.row: work for work in instance.runs[-1].rows}
+    assert sorted(work.ignore_eos for work in started.values()) == [False, True]
+
+
 def test_rows_that_ended_by_themselves_do():
     seen = answer_every_request(max_tokens=64, produced=5, finish_reason="stop", times=20)
     assert seen[0] == 64

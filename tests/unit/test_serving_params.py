@@ -21,6 +21,8 @@ def test_defaults_fill_what_the_client_left_out():
     params = sampling_params(LIMITS)
     assert (params.max_tokens, params.temperature, params.top_p, params.top_k) == (20, 0.0, 1.0, 0)
     assert params.random_seed is None, "no seed: each sampled row draws afresh"
+    assert not params.ignore_eos, "a row stops at end-of-sequence unless told otherwise"
+    assert sampling_params(LIMITS, ignore_eos=True).ignore_eos
 
 
 def test_a_seed_of_64_bits_is_kept_as_sent():

@@ -30,6 +30,7 @@ COLUMNS = (
     "top_p",
     "top_k",
     "random_seed",
+    "ignore_eos",
     "chat",
     "enable_thinking",
     "chat_history",

@@ -129,6 +129,7 @@ class InstanceRunner:
                 top_p=work.top_p,
                 top_k=work.top_k,
                 seed=work.random_seed,
+                ignore_eos=work.ignore_eos,
                 stop=work.stop,
                 deadline=deadline,
             )

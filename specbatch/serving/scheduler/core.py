@@ -177,7 +177,9 @@ class SchedulerCore:
     def _ticket(self, record: PromptRecord) -> QueuedRequest:
         """The prompt as the policy queues it, with its predicted output length."""
         assert record.prepared is not None and record.sampling is not None
-        if record.kind == GENERATE:
+        if record.kind == GENERATE and record.sampling.ignore_eos:
+            record.predicted_tokens = record.sampling.max_tokens  # no end-of-sequence ends it sooner
+        elif record.kind == GENERATE:
             predicted = self._predictor.predict(record.prepared.source, record.task)
             record.predicted_tokens = max(1, min(predicted, record.sampling.max_tokens))
         elif record.kind == ROUTE:
@@ -406,6 +408,7 @@ class SchedulerCore:
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             random_seed=sampling.random_seed,
+            ignore_eos=sampling.ignore_eos,
             stop=sampling.stop,
             stream=sampling.stream and not record.refines_next,  # a first answer is not the answer
             seconds_left=seconds_left,

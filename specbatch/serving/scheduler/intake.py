@@ -44,6 +44,7 @@ class RoutedRequest:
     top_p: Sequence[float] | None = None
     top_k: Sequence[int] | None = None
     random_seed: Sequence[int] | None = None
+    ignore_eos: Sequence[bool] | None = None
     stream: bool = False
     timeout_s: float | None = None
     chat: Sequence[bool] | None = None
@@ -87,7 +88,7 @@ class RequestIntake:
             )
         columns = {
             name: broadcast(getattr(request, name), count, name)
-            for name in ("max_tokens", "temperature", "top_p", "top_k", "random_seed")
+            for name in ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos")
         }
         route_errors = (
             broadcast(request.route_errors, count, "route_error") if request.route_errors else [""] * count
