@@ -98,8 +98,11 @@ class StreamingGenerateClient:
             self._client.stop_stream(cancel_requests=True)
             self._streaming = False
 
-    def generate(self, prompt: str, max_tokens: int | None = None) -> StreamedGeneration:
-        """Send `prompt`; raises StreamRequestError when no final response arrives in time."""
+    def generate(
+        self, prompt: str, max_tokens: int | None = None, ignore_eos: bool = False
+    ) -> StreamedGeneration:
+        """Send `prompt` (with ``ignore_eos``, to run to ``max_tokens`` through
+        end-of-sequence); raises StreamRequestError when no final response arrives in time."""
         if not self._streaming:
             self._open_stream()
         grpcclient = self._grpcclient
@@ -109,6 +112,8 @@ class StreamingGenerateClient:
         ]
         if max_tokens is not None:
             inputs.append(_tensor(grpcclient, "max_tokens", np.array([[max_tokens]], dtype=np.int32)))
+        if ignore_eos:
+            inputs.append(_tensor(grpcclient, "ignore_eos", np.array([[True]], dtype=np.bool_)))
         request_id = uuid.uuid4().hex
         start = time.monotonic()
         first_delta: float | None = None

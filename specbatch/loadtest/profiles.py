@@ -63,7 +63,9 @@ class Workload:
     """What Locust offers: `users` split over `clients` by weight, tasks drawn by `mix`.
 
     `max_tokens` maps a task to an inclusive (low, high) range drawn per request (low ==
-    high for a fixed cap); a task not in it gets the server's default.
+    high for a fixed cap); a task not in it gets the server's default. `ignore_eos` runs
+    every generated answer to that cap through end-of-sequence tokens, so the load is the
+    token counts the profile names, not wherever the model happens to stop.
     """
 
     users: int
@@ -76,6 +78,7 @@ class Workload:
     arrival: Arrival
     request_timeout_s: float = 60.0
     stop_timeout_s: float = 30.0
+    ignore_eos: bool = False
 
     @property
     def active_clients(self) -> list[str]:
@@ -160,6 +163,12 @@ def _number(value: object, where: str, *, positive: bool = False, allow_zero: bo
 def _integer(value: object, where: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ProfileError(f"{where} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _boolean(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProfileError(f"{where} must be true or false, got {value!r}")
     return value
 
 
@@ -250,6 +259,7 @@ def _workload(value: object, base: Path) -> Workload:
             "mix",
             "prompts",
             "max_tokens",
+            "ignore_eos",
             "arrival",
             "request_timeout",
             "stop_timeout",
@@ -275,6 +285,7 @@ def _workload(value: object, base: Path) -> Workload:
         arrival=_arrival(_required(section, "arrival", where)),
         request_timeout_s=parse_timespan(section.get("request_timeout", 60), f"{where}.request_timeout"),
         stop_timeout_s=parse_timespan(section.get("stop_timeout", 30), f"{where}.stop_timeout"),
+        ignore_eos=_boolean(section.get("ignore_eos", False), f"{where}.ignore_eos"),
     )
     if len(workload.active_clients) > users:
         raise ProfileError(

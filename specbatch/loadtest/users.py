@@ -118,7 +118,9 @@ class GrpcStreamUser(_ProfiledUser):
         choice = self.pool.draw(self.rng)
         start = time.monotonic()
         try:
-            generation = self.client.generate(choice.text, choice.max_tokens)
+            generation = self.client.generate(
+                choice.text, choice.max_tokens, ignore_eos=self.profile.workload.ignore_eos
+            )
         except Exception as exc:
             self._record(GRPC_E2E, choice.task, (time.monotonic() - start) * 1000.0, exception=exc)
             return
@@ -151,7 +153,9 @@ class HttpGenerateUser(_ProfiledUser):
     @task
     def generate(self) -> None:
         choice = self.pool.draw(self.rng)
-        options = GenerationOptions(max_tokens=choice.max_tokens)
+        options = GenerationOptions(
+            max_tokens=choice.max_tokens, ignore_eos=self.profile.workload.ignore_eos or None
+        )
         start = time.monotonic()
         try:
             (answer,) = self.client.generate(choice.text, options)

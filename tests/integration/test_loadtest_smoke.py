@@ -65,7 +65,11 @@ def test_smoke_profile_meets_its_sla_and_leaves_csv_html_and_png(server, tmp_pat
         assert (out / name).stat().st_size > 0, name
     assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(out / "locust_stats.csv", newline="") as handle:
-        counts = {(row["Type"], row["Name"]): int(row["Request Count"]) for row in csv.DictReader(handle)}
+        rows = list(csv.DictReader(handle))
+    counts = {(row["Type"], row["Name"]): int(row["Request Count"]) for row in rows}
+    sizes = {(row["Type"], row["Name"]): float(row["Average Content Size"]) for row in rows}
+    # ignore_eos: every infobench answer, over either client, ran its max_tokens
+    assert sizes[("gRPC E2E", "infobench")] == sizes[("HTTP E2E", "infobench")] == 24
     for task in ("graph", "mmlu", "infobench"):
         assert counts[("gRPC E2E", task)] > 0
         assert counts[("HTTP E2E", task)] > 0

@@ -21,6 +21,7 @@ VALID = {
         "mix": {"graph": 1, "infobench": 3},
         "prompts": {"source": "generated", "count": 5, "seed": 3},
         "max_tokens": {"infobench": [4, 8], "graph": 2},
+        "ignore_eos": True,
         "arrival": {"shape": "poisson", "rate": 2},
     },
     "sla": {
@@ -63,6 +64,7 @@ def test_valid_profile_is_read_with_every_field(tmp_path):
     assert workload.arrival.shape == "poisson" and workload.arrival.rate == 2.0
     assert workload.prompts.kind == "generated" and workload.prompts.count == 5 and workload.prompts.seed == 3
     assert workload.request_timeout_s == 60.0
+    assert workload.ignore_eos is True
     assert profile.sla.max_error_rate == 0.05
     targets = profile.sla.tasks["infobench"]
     assert (targets.ttft_p95_ms, targets.tpot_p95_ms, targets.e2e_p99_ms) == (100.0, 10.0, 900.0)
@@ -76,6 +78,11 @@ def test_shipped_profiles_load(name):
     assert profile.description
     assert set(profile.workload.active_tasks) == {"graph", "mmlu", "infobench"}
     assert set(profile.sla.tasks) == {"graph", "mmlu", "infobench"}
+
+
+def test_a_profile_without_ignore_eos_lets_answers_stop_at_end_of_sequence(tmp_path):
+    profile = load_profile(write_profile(tmp_path, changed("workload", "ignore_eos", None)))
+    assert profile.workload.ignore_eos is False
 
 
 def test_smoke_profile_fits_the_ci_budget():
@@ -121,6 +128,7 @@ def test_bad_timespans_are_refused(text):
         ("workload", "mix", {"graph": -1}, r"workload\.mix\.graph must be non-negative"),
         ("workload", "clients", {"grpc_stream": 1.5}, r"workload\.clients\.grpc_stream must be an integer"),
         ("workload", "duration", "soon", r"workload\.duration must be a duration"),
+        ("workload", "ignore_eos", "yes", r"workload\.ignore_eos must be true or false, got 'yes'"),
         ("workload", "max_tokens", {"infobench": [8, 4]}, r"workload\.max_tokens\.infobench: low 8 is above"),
         ("workload", "max_tokens", {"infobench": [1, 2, 3]}, r"an integer or a \[low, high\] pair"),
         (
