@@ -502,6 +502,7 @@ BATCH_METRICS = {
     "specbatch_batch_decode_steps_total": "decode_steps",
     "specbatch_batch_decode_step_seconds_total": "decode_seconds",
     "specbatch_batch_decode_step_seconds_squared_total": "decode_seconds_squared",
+    "specbatch_batch_context_slots_total": "context_slots",
 }
 
 

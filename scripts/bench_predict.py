@@ -16,7 +16,10 @@ Each row is predicted twice, from two readings of what a step costs:
   `specbatch_batch_*` counters, bench_policies' `engine["by_batch"]`; a run from before
   those counters is read as one bucket from its totals). One non-negative least-squares
   fit over every bucket of every simulated row of the run prices a step as base + per
-  row + per committed token + per prefilled token; a row is then simulated at its own
+  row + per committed token + per prefilled token + per KV slot its attention read (the
+  `specbatch_batch_context_slots_total` counter: rows x each step's longest context, as
+  attention pads every row to it; one long row makes a step of short ones several times
+  dearer); a row is then simulated at its own
   tokens per row-step at each batch size (what the goodput-chosen K made of speculation
   there) and at its own machine speed (its step seconds over what the fit charges for
   its steps, as the VM's speed moves from minute to minute). A table of the buckets over
@@ -271,6 +274,7 @@ def step_buckets(row: dict) -> list[dict]:
             "tokens": engine["row_tokens"],
             "prefill_tokens": row["prefilled_tokens"],
             "seconds": engine["step_seconds"],
+            "context_slots": 0,
         }
     ]
 
@@ -282,6 +286,7 @@ def priced(costs: StepCosts, bucket: dict) -> float:
         + bucket["row_steps"] * costs.per_row_s
         + bucket["tokens"] * costs.per_token_s
         + bucket["prefill_tokens"] * costs.per_prefill_token_s
+        + bucket.get("context_slots", 0.0) * costs.per_context_slot_s
     )
 
 
@@ -302,6 +307,7 @@ class LiveStepFit:
     per_row_s: float
     per_token_s: float
     per_prefill_token_s: float
+    per_context_slot_s: float
     rows: int
     buckets: int  # the (row, batch size) figures fitted
 
@@ -320,6 +326,7 @@ class LiveStepFit:
             per_prefill_token_s=self.per_prefill_token_s,
             tokens_per_row_step=tuple(points),
             per_token_s=self.per_token_s,
+            per_context_slot_s=self.per_context_slot_s,
         )
 
 
@@ -330,7 +337,9 @@ def has_engine_figures(row: dict) -> bool:
 
 def live_fit(rows: list[dict]) -> LiveStepFit:
     """Non-negative least squares of the step seconds of every row's batch-size buckets
-    on their steps, row-steps, committed tokens and prefilled tokens. Each bucket's
+    on their steps, row-steps, committed tokens, prefilled tokens and the KV slots their
+    attention read (rows x each step's longest context; 0 in a run from before that
+    counter, which leaves its price at 0 where no row has it). Each bucket's
     residual is taken relative to its seconds (the buckets of a slow minute or a long run
     do not outweigh the rest in setting the shape) and weighted by the square root of its
     steps (a bucket of a few steps is a noisy reading)."""
@@ -339,13 +348,23 @@ def live_fit(rows: list[dict]) -> LiveStepFit:
     usable = [r for r in rows if has_engine_figures(r)]
     buckets = [b for r in usable for b in step_buckets(r) if b["steps"] and b["seconds"] > 0]
     x = np.array(
-        [[b["steps"], b["row_steps"], b["tokens"], b["prefill_tokens"]] for b in buckets], dtype=float
+        [
+            [b["steps"], b["row_steps"], b["tokens"], b["prefill_tokens"], b.get("context_slots", 0.0)]
+            for b in buckets
+        ],
+        dtype=float,
     )
     y = np.array([b["seconds"] for b in buckets])
     weight = np.sqrt([b["steps"] for b in buckets])
-    (base, per_row, per_token, per_prefill), _ = nnls(x / y[:, None] * weight[:, None], weight)
+    (base, per_row, per_token, per_prefill, per_slot), _ = nnls(x / y[:, None] * weight[:, None], weight)
     return LiveStepFit(
-        float(base), float(per_row), float(per_token), float(per_prefill), len(usable), len(buckets)
+        float(base),
+        float(per_row),
+        float(per_token),
+        float(per_prefill),
+        float(per_slot),
+        len(usable),
+        len(buckets),
     )
 
 
@@ -387,7 +406,8 @@ def shape_table(shape: list[dict], live: LiveStepFit) -> str:
         f"Live fit over {live.rows} rows ({live.buckets} batch-size buckets): a step costs "
         f"{live.base_s * 1000:.2f} ms + {live.per_row_s * 1000:.2f} ms a row + "
         f"{live.per_token_s * 1000:.2f} ms a committed token + {live.per_prefill_token_s * 1e6:.0f} µs a "
-        "prefilled token.",
+        f"prefilled token + {live.per_context_slot_s * 1e9:.0f} ns a KV slot read (rows x the step's "
+        "longest context).",
         "",
         "| rows (up to) | steps | mean rows | tokens / row-step | step ms measured | fitted "
         "| measured / fitted |",

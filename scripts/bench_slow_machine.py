@@ -80,6 +80,7 @@ def live_step_costs(predicted: dict) -> StepCosts:
         per_row_s=live["per_row_s"],
         per_prefill_token_s=live["per_prefill_token_s"],
         per_token_s=live["per_token_s"],
+        per_context_slot_s=live.get("per_context_slot_s", 0.0),  # bench_predict JSON before it: none
         tokens_per_row_step=tuple(
             (b["mean_rows"], b["tokens_per_row_step"]) for b in predicted["step_shape"]
         ),

@@ -440,7 +440,8 @@ class Engine:
             elapsed = ended - started
             tokens = sum(len(t) for t in committed.values())
             prefilled = self.runner.prefilled_tokens - prefilled_before
-            self._batch_steps.record(len(committed), tokens, prefilled, elapsed)
+            longest = max(row.seq_len for row in committed)
+            self._batch_steps.record(len(committed), tokens, prefilled, elapsed, len(committed) * longest)
             cycle = ended - (started if self._last_commit_at is None else self._last_commit_at)
             self._last_commit_at = ended
             per_row = tokens / len(committed)

@@ -122,6 +122,13 @@ STEP_HISTOGRAMS = (
         "Squared seconds of the steps that prefilled nothing, per batch size: with the two "
         "above, the spread of a step's time",
     ),
+    (
+        "batch_steps.context_slots",
+        "specbatch_batch_context_slots_total",
+        "rows",
+        STEP_BATCH_LABELS,
+        "KV slots those steps' attention read, each row padded to its step's longest context, per batch size",
+    ),
 )
 
 

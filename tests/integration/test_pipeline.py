@@ -234,6 +234,7 @@ def test_metrics_endpoint_publishes_the_custom_families(server):
         "specbatch_batch_steps_total",
         "specbatch_batch_step_seconds_total",
         "specbatch_batch_decode_step_seconds_squared_total",
+        "specbatch_batch_context_slots_total",
     ):
         assert metric_values(text, family), family
     with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready") as reply:

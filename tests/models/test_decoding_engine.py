@@ -217,6 +217,9 @@ def test_result_counters_and_kv_accounting(pair) -> None:
     assert sum(by_batch.tokens) == sum(n * count for n, count in tokens_per_row_step.items())
     assert by_batch.steps[0] > 0 and by_batch.row_steps[:2] == (by_batch.steps[0], 2 * by_batch.steps[1])
     assert 0 < sum(by_batch.prefill_tokens) <= 2 * sum(r.num_input_tokens for r in results)
+    # a step's rows times its longest context: at least each step's rows times one token
+    assert all(slots >= rows for slots, rows in zip(by_batch.context_slots, by_batch.row_steps, strict=True))
+    assert sum(by_batch.context_slots) > sum(by_batch.row_steps)
     assert engine.generate([GenerationRequest("x")], mode="target_only")[0].acceptance_rate == 0.0
 
 

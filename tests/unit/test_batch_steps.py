@@ -30,8 +30,8 @@ def test_every_bucket_holds_the_batches_up_to_its_bound_and_above_the_one_before
 
 def test_the_counter_totals_steps_rows_tokens_prefill_and_seconds_per_bucket():
     counter = BatchStepCounter()
-    counter.record(rows=3, tokens=7, prefill_tokens=64, seconds=0.5)
-    counter.record(rows=4, tokens=4, prefill_tokens=0, seconds=0.25)
+    counter.record(rows=3, tokens=7, prefill_tokens=64, seconds=0.5, context_slots=3 * 90)
+    counter.record(rows=4, tokens=4, prefill_tokens=0, seconds=0.25, context_slots=4 * 20)
     counter.record(rows=1, tokens=3, prefill_tokens=5, seconds=0.125)
     totals = counter.totals()
     empty = (0,) * (len(STEP_BATCH_LABELS) - 3)
@@ -44,6 +44,8 @@ def test_the_counter_totals_steps_rows_tokens_prefill_and_seconds_per_bucket():
     assert totals.decode_steps == (0, 0, 1, *empty)
     assert totals.decode_seconds == (0.0, 0.0, 0.25, *empty)
     assert totals.decode_seconds_squared == (0.0, 0.0, 0.0625, *empty)
+    # the rows of each step times its longest context: what its attention read
+    assert totals.context_slots == (0, 0, 350, *empty)
 
 
 def test_the_spread_of_a_steps_time_is_read_per_batch_size_without_prefills_and_weighted_by_steps():

@@ -3,7 +3,8 @@
 Where the static policy's simulator (``specbatch.scheduling.static.simulate``) charges a
 whole batch for its longest member, here a row costs a step: every instance runs steps
 back to back while it has rows, each step lasting
-``base + per_row × rows + per_prefill_token × prompt tokens started`` and giving every
+``base + per_row × rows + per_context_slot × rows × the longest context among them +
+per_prefill_token × prompt tokens started`` and giving every
 running row one token (under speculation, the mean tokens a row commits per step at that
 many rows). Rows join and leave at step boundaries. After every step the
 instance reports its load to the same `AdmissionPolicy` object the server runs, on a
@@ -40,17 +41,21 @@ class StepCosts:
     the tokens a row commits per step at that many rows (``tokens_per_row_step``: pairs of
     rows and mean tokens, interpolated between them; empty: one token). A committed token
     may carry a price of its own (``per_token_s``): a speculative step that commits more
-    verified more, so a step's cost follows the K chosen at its batch size."""
+    verified more, so a step's cost follows the K chosen at its batch size. Attention
+    reads every row's KV padded to the step's longest context (``per_context_slot_s`` a
+    slot of rows x that context): one long row makes a step of short ones dearer."""
 
     base_s: float = 0.02
     per_row_s: float = 0.002
     per_prefill_token_s: float = 0.00005
     tokens_per_row_step: tuple[tuple[float, float], ...] = ()
     per_token_s: float = 0.0
+    per_context_slot_s: float = 0.0
 
-    def step_s(self, rows: int, prefill_tokens: int) -> float:
+    def step_s(self, rows: int, prefill_tokens: int, longest_context: int = 0) -> float:
         decode = rows * (self.per_row_s + self.per_token_s * self.tokens(rows))
-        return self.base_s + decode + self.per_prefill_token_s * prefill_tokens
+        context = self.per_context_slot_s * rows * longest_context
+        return self.base_s + decode + context + self.per_prefill_token_s * prefill_tokens
 
     def tokens(self, rows: int) -> float:
         """Tokens each of ``rows`` rows commits in one step."""
@@ -112,6 +117,10 @@ class _InstanceState:
     step_prefill: int = 0  # prompt tokens the step under way prefills
     step_slowdown: float = 1.0  # the step under way's duration over its cost
     counter: BatchStepCounter = field(default_factory=BatchStepCounter)
+
+    def longest_context(self) -> int:
+        """The longest context among the rows: every row's attention reads that many slots."""
+        return max((r.queued.input_tokens + math.ceil(r.generated) for r in self.rows), default=0)
 
     def held_blocks(self) -> int:
         return sum(math.ceil((r.queued.input_tokens + r.generated) / self.spec.block_size) for r in self.rows)
@@ -197,7 +206,8 @@ class ContinuousSimulator:
             state.stepping = bool(state.rows)
             if state.stepping:
                 state.step_slowdown = step_factor()
-                duration = self._costs.step_s(len(state.rows), state.step_prefill) * state.step_slowdown
+                cost = self._costs.step_s(len(state.rows), state.step_prefill, state.longest_context())
+                duration = cost * state.step_slowdown
                 heapq.heappush(events, (now + duration, next(order), "step", index))
 
         def schedule(now: float) -> None:
@@ -241,7 +251,8 @@ class ContinuousSimulator:
                 continue
             state = states[subject]
             finished = []
-            tokens = self._costs.tokens(len(state.rows))
+            rows, longest = len(state.rows), state.longest_context()  # as the step began
+            tokens = self._costs.tokens(rows)
             for row in state.rows:
                 output_tokens = row.outcome.request.output_tokens
                 row.generated = min(float(output_tokens), row.generated + tokens)
@@ -251,11 +262,10 @@ class ContinuousSimulator:
                     row.outcome.done_s = now
                     row.outcome.status = "served"
                     finished.append(row)
-            rows = len(state.rows)
-            state.last_step_s = self._costs.step_s(rows, 0) * state.step_slowdown
+            state.last_step_s = self._costs.step_s(rows, 0, longest) * state.step_slowdown
             state.tokens_last_step = tokens
-            seconds = self._costs.step_s(rows, state.step_prefill) * state.step_slowdown
-            state.counter.record(rows, round(tokens * rows), state.step_prefill, seconds)
+            seconds = self._costs.step_s(rows, state.step_prefill, longest) * state.step_slowdown
+            state.counter.record(rows, round(tokens * rows), state.step_prefill, seconds, rows * longest)
             for row in finished:
                 state.rows.remove(row)
                 policy.finished(names[subject], row.queued, row.outcome.request.output_tokens)
