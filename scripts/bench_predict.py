@@ -406,7 +406,7 @@ def shape_table(shape: list[dict], live: LiveStepFit) -> str:
         f"Live fit over {live.rows} rows ({live.buckets} batch-size buckets): a step costs "
         f"{live.base_s * 1000:.2f} ms + {live.per_row_s * 1000:.2f} ms a row + "
         f"{live.per_token_s * 1000:.2f} ms a committed token + {live.per_prefill_token_s * 1e6:.0f} µs a "
-        f"prefilled token + {live.per_context_slot_s * 1e9:.0f} ns a KV slot read (rows x the step's "
+        f"prefilled token + {live.per_context_slot_s * 1e6:.2f} µs a KV slot read (rows x the step's "
         "longest context).",
         "",
         "| rows (up to) | steps | mean rows | tokens / row-step | step ms measured | fitted "
