@@ -17,6 +17,7 @@ from specbatch.decoding import (
     Engine,
     GenerationRequest,
     IncompatiblePairError,
+    ModelPair,
     UnrunnableRequestError,
     load_model_pair,
     pair_from_models,
@@ -73,17 +74,24 @@ def test_speculative_mode_needs_a_draft(pair) -> None:
     )
 
 
-@pytest.mark.parametrize("mode", ["speculative", "target_only"])
-def test_rows_stop_at_eos_with_the_eos_token_last(mode: str, pair) -> None:
+def free_run_and_a_pair_that_stops(pair: ModelPair) -> tuple[list, list, ModelPair, int]:
+    """Six prompts, their free run of 30 tokens, and the same pair with a token of the first
+    row's free run (its sixth) declared as end-of-sequence."""
     rows = prompts(6, pair.vocab_size, seed=21)
     reference = Engine(pair).generate(
         [GenerationRequest(p, max_new_tokens=30) for p in rows], mode="target_only"
     )
     stopping = make_pair("controlled", epsilon=0.3, keep_eos=True)
-    # declare a token the free run produced as end-of-sequence; rows must stop right there
     eos = reference[0].tokens[5]
     stopping.eos_token_ids.clear()
     stopping.eos_token_ids.add(eos)
+    return rows, reference, stopping, eos
+
+
+@pytest.mark.parametrize("mode", ["speculative", "target_only"])
+def test_rows_stop_at_eos_with_the_eos_token_last(mode: str, pair) -> None:
+    # a token the free run produced is end-of-sequence; rows must stop right there
+    rows, reference, stopping, eos = free_run_and_a_pair_that_stops(pair)
     results = Engine(stopping, lookahead=4).generate(
         [GenerationRequest(p, max_new_tokens=30) for p in rows], mode=mode
     )
@@ -99,14 +107,7 @@ def test_rows_stop_at_eos_with_the_eos_token_last(mode: str, pair) -> None:
 
 @pytest.mark.parametrize("mode", ["speculative", "target_only"])
 def test_a_row_that_ignores_eos_runs_to_its_budget_beside_rows_that_stop(mode: str, pair) -> None:
-    rows = prompts(6, pair.vocab_size, seed=21)
-    reference = Engine(pair).generate(
-        [GenerationRequest(p, max_new_tokens=30) for p in rows], mode="target_only"
-    )
-    stopping = make_pair("controlled", epsilon=0.3, keep_eos=True)
-    eos = reference[0].tokens[5]
-    stopping.eos_token_ids.clear()
-    stopping.eos_token_ids.add(eos)
+    rows, reference, stopping, eos = free_run_and_a_pair_that_stops(pair)
     ignoring = [index % 2 == 0 for index in range(len(rows))]
     results = Engine(stopping, lookahead=4).generate(
         [GenerationRequest(p, max_new_tokens=30, ignore_eos=i) for p, i in zip(rows, ignoring, strict=True)],
