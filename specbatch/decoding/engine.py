@@ -629,7 +629,6 @@ class Engine:
                 committed=step.committed,
                 seconds=step.seconds + rest,
                 beside=step.beside_shape,
-                accepted_by_row=step.accepted,
             )
         )
 

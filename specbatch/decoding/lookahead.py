@@ -7,11 +7,8 @@
   fitted costs of a draft pass c(B) and a verify pass v(B, K) at that batch size (at
   the padded shapes the step runs), plus what a step costs besides its passes, the
   engine's iteration around it included (admitting, choosing K, delivering: paid once
-  a step whatever it commits, so it favours fewer, longer steps). Each estimate is read
-  as what rows with that estimate went on to accept (:mod:`specbatch.decoding.calibration`:
-  the highest estimates are the luckiest runs, and the long Ks chosen on them would
-  otherwise deliver less than predicted), and what each K then actually delivered
-  corrects the rest (:mod:`specbatch.decoding.realised`).
+  a step whatever it commits, so it favours fewer, longer steps); what each K then
+  actually delivered corrects it (:mod:`specbatch.decoding.realised`).
   K = 0 is plain target decoding and always a candidate, so where speculation does
   not pay (low acceptance, or under load where verify costs grow with K) it switches
   itself off instead of slowing the server down. The draft is fed only while the
@@ -61,7 +58,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from specbatch.decoding.calibration import AcceptanceCalibration
 from specbatch.decoding.costs import PassCosts
 from specbatch.decoding.realised import RealisedGoodput
 
@@ -139,8 +135,7 @@ class StepOutcome:
     the tokens committed and the seconds the step's passes took. The ``beside`` rows
     (a lagging draft, a target-only request), as they stood before the step, ran a
     plain pass beside the speculative ones, one token each, counted in ``committed``
-    and their pass in ``seconds``. ``accepted_by_row`` is what each row of ``batch``
-    accepted (empty: not told), which calibrates the rows' acceptance estimates."""
+    and their pass in ``seconds``."""
 
     lookahead: int
     batch: BatchShape
@@ -149,7 +144,6 @@ class StepOutcome:
     committed: int
     seconds: float
     beside: BatchShape | None = None
-    accepted_by_row: Sequence[int] = ()
 
     @property
     def plain_beside(self) -> int:
@@ -303,7 +297,6 @@ class GoodputLookahead:
         self.verify_columns = verify_columns
         self.padded_rows = padded_rows
         self.realised = RealisedGoodput()
-        self.calibration = AcceptanceCalibration()
         self.feeds = DraftFeeds(lambda fed: self.draft_costs.predict(fed, fed, fed * fed))
         self.k = 0
         self.feeds_drafts = False
@@ -324,8 +317,7 @@ class GoodputLookahead:
         if lookahead == 0:
             return len(batch.alphas), self.target_costs.predict(rows, rows * span, rows * span) + overhead
         committed = sum(
-            expected_tokens(a, lookahead, r)
-            for a, r in zip(self._alphas(batch), batch.remaining, strict=True)
+            expected_tokens(a, lookahead, r) for a, r in zip(batch.alphas, batch.remaining, strict=True)
         )
         draft_pass = self.draft_costs.predict(rows, rows * (span + lookahead), rows * (span + lookahead))
         verify_span = span + lookahead
@@ -358,14 +350,9 @@ class GoodputLookahead:
         fed = sum(batch.lags)
         return sum(
             catch_up * lag / fed * expected_tokens(alpha, lookahead, remaining) / max(1, remaining)
-            for lag, alpha, remaining in zip(batch.lags, self._alphas(batch), batch.remaining, strict=True)
+            for lag, alpha, remaining in zip(batch.lags, batch.alphas, batch.remaining, strict=True)
             if lag > 0
         )
-
-    def _alphas(self, batch: BatchShape) -> list[float]:
-        """The rows' acceptance estimates as rows with such estimates went on to accept
-        (:mod:`specbatch.decoding.calibration`)."""
-        return [self.calibration.calibrated(alpha) for alpha in batch.alphas]
 
     def catch_up_seconds(self, batch: BatchShape) -> float:
         """A draft prefill of every lagging row's missing tokens (the fitted draft cost
@@ -499,8 +486,6 @@ class GoodputLookahead:
             self.predict_step(step),
             (step.committed, step.seconds),
         )
-        if step.accepted_by_row:
-            self.calibration.record(step.batch.alphas, step.accepted_by_row, step.lookahead)
 
 
 def _best(rates: Sequence[float]) -> int:

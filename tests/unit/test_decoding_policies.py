@@ -340,21 +340,6 @@ def test_goodput_never_holds_a_probe() -> None:
     assert probes[1][1], "the step after a probe is priced again"
 
 
-def test_goodput_predicts_a_rows_tokens_at_its_calibrated_acceptance() -> None:
-    # the rows' estimates read 0.95 where they accept 0.7: once told what each row
-    # accepted, the prediction of a step follows the acceptance rows really have
-    policy = GoodputLookahead(_policy_costs(_costs(3e-5, 0.01), _costs(1e-5, 0.001)))
-    batch = BatchShape(alphas=[0.95] * 4, remaining=[500] * 4, span=100, rows=[0, 1, 2, 3])
-    before, _ = policy.predict(batch, 6)
-    assert before == pytest.approx(4 * expected_tokens(0.95, 6, 500))
-    rng = random.Random(2)
-    for _ in range(300):
-        taken = [next((i for i in range(6) if rng.random() >= 0.7), 6) for _ in range(4)]
-        policy.record(StepOutcome(6, batch, 24, sum(taken), sum(taken) + 4, 0.02, accepted_by_row=taken))
-    after, _ = policy.predict(batch, 6)
-    assert after == pytest.approx(4 * expected_tokens(0.7, 6, 500), rel=0.05)
-
-
 def test_goodput_learns_again_when_the_cost_changes() -> None:
     cheap, dear = _world(0.01, 0.0002, 0.0001), _world(0.01, 0.004, 0.004)
     alpha = 0.8
