@@ -434,7 +434,8 @@ def at_speed(costs: StepCosts, factor: float) -> StepCosts:
 
 
 def measured_like(outcomes: list[SimOutcome], arrivals: list, args: argparse.Namespace) -> dict:
-    """The simulated run in bench_policies' terms: goodput over the same span, TTFT p95."""
+    """The simulated run in bench_policies' terms: goodput over the same span, TTFT p95,
+    and the rows preempted for lack of KV blocks."""
     served = [o for o in outcomes if o.status == "served"]
     span = max([arrivals[-1].at_s] + [o.done_s for o in served])
     met = [o for o in served if meets_sla(o.ttft_s, o.e2e_s, arrivals[o.request.request_id], args)]
@@ -444,6 +445,7 @@ def measured_like(outcomes: list[SimOutcome], arrivals: list, args: argparse.Nam
         "ttft_p95_s": float(np.percentile([o.ttft_s for o in served], 95)) if served else float("nan"),
         "e2e_over_sla_p99": float(np.percentile(over_sla, 99)) if served else float("nan"),
         "refused": sum(o.status != "served" for o in outcomes),
+        "preemptions": sum(o.preemptions for o in outcomes),
     }
 
 
@@ -532,6 +534,8 @@ def predict_rows(
                 "offline_goodput_rps": offline["goodput_rps"],
                 "measured_ttft_p95_s": row["ttft_p95_s"],
                 "predicted_ttft_p95_s": at_live["ttft_p95_s"],
+                "measured_preemptions": row.get("preemptions"),
+                "predicted_preemptions": at_live["preemptions"],
                 "goodput_error": error(at_live["goodput_rps"], row["goodput_rps"]),
                 "offline_error": error(offline["goodput_rps"], row["goodput_rps"]),
             }
@@ -614,8 +618,8 @@ def table(rows: list[dict], ranks: list[dict]) -> str:
     lines = [
         "| workload | set-up | load | tokens / row-step | step time / live fit's | step CV "
         "| goodput measured | predicted | error | from the offline fit | error "
-        "| TTFT p95 measured s | predicted s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| TTFT p95 measured s | predicted s | preemptions measured | predicted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         load = "2× (a)'s capacity" if r["phase"] == "overload" else f"{r['load']:g}×"
@@ -627,7 +631,9 @@ def table(rows: list[dict], ranks: list[dict]) -> str:
             f"| {r['measured_goodput_rps']:.2f} "
             f"| {r['predicted_goodput_rps']:.2f} | {r['goodput_error']:+.0%} "
             f"| {r['offline_goodput_rps']:.2f} | {r['offline_error']:+.0%} "
-            f"| {r['measured_ttft_p95_s']:.2f} | {r['predicted_ttft_p95_s']:.2f} |"
+            f"| {r['measured_ttft_p95_s']:.2f} | {r['predicted_ttft_p95_s']:.2f} "
+            f"| {'—' if r['measured_preemptions'] is None else r['measured_preemptions']} "
+            f"| {r['predicted_preemptions']} |"
         )
     within = sum(abs(r["goodput_error"]) <= TOLERANCE for r in rows)
     offline = sum(abs(r["offline_error"]) <= TOLERANCE for r in rows)

@@ -6,7 +6,13 @@ back to back while it has rows, each step lasting
 ``base + per_row × rows + per_context_slot × rows × the longest context among them +
 per_prefill_token × prompt tokens started`` and giving every
 running row one token (under speculation, the mean tokens a row commits per step at that
-many rows). Rows join and leave at step boundaries. After every step the
+many rows). Rows join and leave at step boundaries. An instance holds rows as the
+engine does: a row sent to it waits until its KV blocks fit (its context and a whole K's
+tokens, beside a reserve of 1 % of the blocks while others run), in the order sent; and
+where the running rows' next tokens do not fit, the most recently admitted row is
+preempted, back to the front of the waiting rows, to prefill its prompt and every token
+it had made again when it is readmitted. A policy that sends rows past the KV they need
+(first-come batching) pays that recomputation, as it does live. After every step the
 instance reports its load to the same `AdmissionPolicy` object the server runs, on a
 virtual clock, and after every arrival and report the policy decides who starts where,
 as the server's scheduler does (``admit_spread``); a row sent to a stepping instance
@@ -89,6 +95,7 @@ class SimOutcome:
     first_token_s: float | None = None
     done_s: float | None = None
     instance: int | None = None
+    preemptions: int = 0
 
     @property
     def ttft_s(self) -> float | None:
@@ -106,11 +113,23 @@ class _Row:
     generated: float = 0.0  # fractional under speculation: tokens per row-step are a mean
 
 
+def _context(row: _Row) -> int:
+    """The tokens a row's KV holds: its prompt and what it has made."""
+    return row.queued.input_tokens + math.ceil(row.generated)
+
+
+# The engine admits a row once its context and a whole K's tokens fit
+# (decoding.lookahead.MAX_LOOKAHEAD), and keeps 1 % of the blocks free while rows run.
+ADMISSION_LOOKAHEAD = 8
+RESERVE_SHARE = 0.01
+
+
 @dataclass
 class _InstanceState:
     spec: SimInstance
     rows: list[_Row] = field(default_factory=list)
     joining: list[_Row] = field(default_factory=list)  # sent while it stepped: join at the next step
+    waiting: list[_Row] = field(default_factory=list)  # sent, held until their KV blocks fit
     stepping: bool = False
     last_step_s: float = 0.0
     tokens_last_step: float = 1.0
@@ -120,17 +139,54 @@ class _InstanceState:
 
     def longest_context(self) -> int:
         """The longest context among the rows: every row's attention reads that many slots."""
-        return max((r.queued.input_tokens + math.ceil(r.generated) for r in self.rows), default=0)
+        return max((_context(r) for r in self.rows), default=0)
 
     def held_blocks(self) -> int:
-        return sum(math.ceil((r.queued.input_tokens + r.generated) / self.spec.block_size) for r in self.rows)
+        return sum(self._blocks(_context(r)) for r in self.rows)
+
+    def _blocks(self, tokens: int) -> int:
+        return math.ceil(tokens / self.spec.block_size)
+
+    def start_step(self) -> int:
+        """Admit what fits, then make room for the running rows' next tokens; the
+        tokens the step prefills (the context of every row it started)."""
+        started = self._admit()
+        self._make_room()
+        return sum(_context(row) for row in started if row in self.rows)
+
+    def _admit(self) -> list[_Row]:
+        """Rows sent since the last step join the waiting ones; those that fit start, in
+        order, and the first that does not holds the rest back (as the engine's queue
+        does). A row that could never fit starts on an idle instance rather than wait
+        for ever."""
+        self.waiting.extend(self.joining)
+        self.joining.clear()
+        total = self.spec.kv_tokens // self.spec.block_size
+        reserve = max(1, int(total * RESERVE_SHARE))
+        started = []
+        while self.waiting and len(self.rows) < self.spec.max_rows:
+            need = self._blocks(_context(self.waiting[0]) + ADMISSION_LOOKAHEAD)
+            if self.rows and need + reserve > total - self.held_blocks():
+                break
+            started.append(self.waiting.pop(0))
+            self.rows.append(started[-1])
+        return started
+
+    def _make_room(self) -> None:
+        """Preempt the most recently admitted rows until every running row's next token
+        fits."""
+        total = self.spec.kv_tokens // self.spec.block_size
+        while len(self.rows) > 1 and sum(self._blocks(_context(r) + 1) for r in self.rows) > total:
+            victim = self.rows.pop()
+            victim.outcome.preemptions += 1
+            self.waiting.insert(0, victim)
 
     def load(self) -> InstanceLoad:
         total = self.spec.kv_tokens // self.spec.block_size
         per_token = self.last_step_s / self.tokens_last_step
         return InstanceLoad(
             running=len(self.rows),
-            waiting=len(self.joining),
+            waiting=len(self.joining) + len(self.waiting),
             blocks_total=total,
             blocks_free=max(0, total - self.held_blocks()),
             block_size=self.spec.block_size,
@@ -200,9 +256,7 @@ class ContinuousSimulator:
         def begin_step(index: int, now: float) -> None:
             """The instance's next step, over its rows and those sent to it since its last."""
             state = states[index]
-            state.step_prefill = sum(row.queued.input_tokens for row in state.joining)
-            state.rows.extend(state.joining)
-            state.joining.clear()
+            state.step_prefill = state.start_step()
             state.stepping = bool(state.rows)
             if state.stepping:
                 state.step_slowdown = step_factor()
