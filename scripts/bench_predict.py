@@ -33,6 +33,13 @@ Each row is predicted twice, from two readings of what a step costs:
   stream of arrivals: at 1-4 rows it decoded plain where the served instances committed
   1.1-2.1 tokens a row-step.
 
+Each prompt's length is predicted as the scheduler predicts it: as it arrives, by a length
+predictor that has learned from the rows the simulated run served before it (a row cut at
+its max_tokens as a lower bound), as the server's does over a live run; `--lengths fixed`
+predicts every prompt once, before the run, with a predictor that has learned nothing.
+Each row runs as long as the served model makes it (greedy: to its end of sequence, or
+its max_tokens).
+
 Steps on the served instances are not as regular as their costs, and a row near the end
 of its SLA's pace misses it in a run of slow steps. The instances also count the squared
 seconds of the steps that prefilled nothing, per batch size; with `--step-cv measured`
@@ -64,6 +71,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -249,15 +257,47 @@ class Requests:
         logger.info("output lengths: %d of %d prompts end before their max_tokens", ended, len(self._ends))
 
     def of(self, arrivals: list, task: str = "infobench") -> list[SimRequest]:
-        requests = []
+        return [self._request(index, arrival, task)[0] for index, arrival in enumerate(arrivals)]
+
+    def online(self, arrivals: list, task: str = "infobench") -> Callable[[], OnlineLengths]:
+        """Fresh length predictions for each simulated run of ``arrivals``, made as the
+        scheduler makes them (:class:`OnlineLengths`)."""
+        prompts = {}
         for index, arrival in enumerate(arrivals):
-            prepared, text = self._prepared(arrival.prompt, task)
-            input_tokens = self._text.count(text)
-            predicted = max(1, min(self._predictor.predict(prepared.source, task), arrival.max_tokens))
-            end = self._ends.get(text)
-            output_tokens = arrival.max_tokens if end is None else max(1, min(end, arrival.max_tokens))
-            requests.append(SimRequest(index, arrival.at_s, input_tokens, output_tokens, float(predicted)))
-        return requests
+            _, source, ended = self._request(index, arrival, task)
+            prompts[index] = (source, task, arrival.max_tokens, ended)
+        return lambda: OnlineLengths(prompts)
+
+    def _request(self, index: int, arrival, task: str) -> tuple[SimRequest, str, bool]:
+        """The arrival as the simulator runs it, its prompt as the predictor reads it, and
+        whether it ends at its end of sequence (not cut at its max_tokens)."""
+        prepared, text = self._prepared(arrival.prompt, task)
+        input_tokens = self._text.count(text)
+        predicted = max(1, min(self._predictor.predict(prepared.source, task), arrival.max_tokens))
+        end = self._ends.get(text)
+        ended = end is not None and end <= arrival.max_tokens
+        output_tokens = max(1, end) if ended else arrival.max_tokens
+        request = SimRequest(index, arrival.at_s, input_tokens, output_tokens, float(predicted))
+        return request, prepared.source, ended
+
+
+class OnlineLengths:
+    """One simulated run's length predictions, as the scheduler makes them: a fresh
+    predictor asked as each prompt arrives (capped at its max_tokens) that learns from
+    every row served, a row cut at its max_tokens as a lower bound
+    (:meth:`LengthPredictor.observe`)."""
+
+    def __init__(self, prompts: dict[int, tuple[str, str, int, bool]]) -> None:
+        self._prompts = prompts
+        self._predictor = LengthPredictor()
+
+    def predicted(self, request: SimRequest) -> float:
+        source, task, max_tokens, _ = self._prompts[request.request_id]
+        return float(max(1, min(self._predictor.predict(source, task), max_tokens)))
+
+    def served(self, request: SimRequest) -> None:
+        source, task, _, ended = self._prompts[request.request_id]
+        self._predictor.observe(source, task, request.output_tokens, cut=not ended)
 
 
 def step_buckets(row: dict) -> list[dict]:
@@ -480,11 +520,17 @@ def step_cv_choice(text: str) -> float | None:
 
 
 def predict_rows(
-    policies: dict, costs: StepCosts, kv_tokens_per_gb: int, step_cv: float | None = 0.0
+    policies: dict,
+    costs: StepCosts,
+    kv_tokens_per_gb: int,
+    step_cv: float | None = 0.0,
+    online_lengths: bool = True,
 ) -> tuple[list[dict], LiveStepFit]:
     """Each simulated row predicted from the live instances' step costs and from the
     offline fit's, both at the row's machine speed, each step drawn around its cost at
-    ``step_cv`` (0: exact costs; None: the row's own measured spread); and the live fit."""
+    ``step_cv`` (0: exact costs; None: the row's own measured spread), its lengths
+    predicted as the scheduler predicts them while the run goes on (``online_lengths``)
+    or once, before it, by a predictor that learns nothing; and the live fit."""
     args = bench_args(policies["config"])
     builders = {w.name: w for w in workloads(args)}
     setups = {s.name: s for s in SETUPS}
@@ -506,17 +552,20 @@ def predict_rows(
         instance = SimInstance(kv_tokens=int(budget * kv_tokens_per_gb), max_rows=64)
         admission = build_admission(ModelSettings(scheduler, ROOT, env=env))
         sims = requests.of(arrivals)
+        lengths = requests.online(arrivals) if online_lengths else None
         row_cv = measured_step_cv(row) if step_cv is None else step_cv
         if has_engine_figures(row):
             row_costs = live.costs(row)
             live_speed, speed = machine_speed(row_costs, row), machine_speed(costs, row)
             at_live = simulate(
-                admission, instance, at_speed(row_costs, live_speed), sims, arrivals, args, row_cv
+                admission, instance, at_speed(row_costs, live_speed), sims, arrivals, args, row_cv, lengths
             )
-            offline = simulate(admission, instance, at_speed(costs, speed), sims, arrivals, args, row_cv)
+            offline = simulate(
+                admission, instance, at_speed(costs, speed), sims, arrivals, args, row_cv, lengths
+            )
         else:  # no engine figures: the offline fit as it stands, for both
             live_speed = speed = None
-            at_live = offline = simulate(admission, instance, costs, sims, arrivals, args, row_cv)
+            at_live = offline = simulate(admission, instance, costs, sims, arrivals, args, row_cv, lengths)
         predicted.append(
             {
                 "workload": name,
@@ -561,9 +610,12 @@ def simulate(
     arrivals: list,
     args: argparse.Namespace,
     step_cv: float = 0.0,
+    lengths: Callable[[], OnlineLengths] | None = None,
 ) -> dict:
     """One simulated run of a row's arrivals, on two instances at these step costs."""
-    simulator = ContinuousSimulator(lambda: _fresh(admission), [instance, instance], costs, step_cv=step_cv)
+    simulator = ContinuousSimulator(
+        lambda: _fresh(admission), [instance, instance], costs, step_cv=step_cv, lengths=lengths
+    )
     return measured_like(simulator.run(requests), arrivals, args)
 
 
@@ -719,12 +771,19 @@ def main(argv: list[str] | None = None) -> int:
         "variation, or `measured`: each row's with the spread its instances measured "
         "(default 0: exact costs)",
     )
+    parser.add_argument(
+        "--lengths",
+        choices=("online", "fixed"),
+        default="online",
+        help="predict each prompt's length as it arrives, from the rows the run has ended so "
+        "far, as the scheduler does (default), or once before the run",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     policies = json.loads(args.policies.read_text())
     costs, kv_tokens_per_gb, points = fit_costs(args.fit_steps)
     logger.info("offline step costs: %s", costs)
-    rows, live = predict_rows(policies, costs, kv_tokens_per_gb, args.step_cv)
+    rows, live = predict_rows(policies, costs, kv_tokens_per_gb, args.step_cv, args.lengths == "online")
     ranks = rankings(rows)
     shape = step_shape([row for _, row in simulated_rows(policies)], live)
     text = table(rows, ranks) + ("\n\n" + shape_table(shape, live) if shape else "")

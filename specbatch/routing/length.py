@@ -142,14 +142,23 @@ class LengthPredictor:
             log_correction = self._corrections.get((task, cue), 0.0)
         return max(1, min(self.max_tokens, round(estimate * math.exp(log_correction))))
 
-    def observe(self, prompt: str, task: str, output_tokens: int) -> None:
-        """Record the real output length of a finished prompt."""
+    def observe(self, prompt: str, task: str, output_tokens: int, *, cut: bool = False) -> None:
+        """Record the output length of a finished prompt. A row cut before its end (at its
+        max_tokens, a deadline, a cancellation: ``cut``) shows only that its length is at
+        least ``output_tokens``: it is learned as a length where that is more than the
+        prediction now (the prediction is short by at least that much) and skipped
+        otherwise (it says nothing against the prediction). Learning cut rows as lengths
+        would pull predictions down to the clients' caps; dropping them all would learn
+        from the rows that end early alone, and pull predictions down to the shortest
+        answers."""
         if output_tokens < 0:
             raise ValueError(f"output_tokens must be >= 0, got {output_tokens}")
         cue, estimate = self.base_estimate(prompt, task)
         log_ratio = math.log(max(1, output_tokens) / max(1.0, estimate))
         key = (task, cue)
         with self._lock:
+            if cut and log_ratio <= self._corrections.get(key, 0.0):
+                return
             ratios = self._log_ratios.setdefault(key, deque(maxlen=self.window))
             ratios.append(log_ratio)
             weight = len(ratios) / (len(ratios) + self.shrinkage)

@@ -82,6 +82,12 @@ class RowOutcome:
     def acceptance_rate(self) -> float:
         return acceptance.acceptance_rate(self.total_draft_tokens, self.total_accepted_draft_tokens)
 
+    @property
+    def cut_short(self) -> bool:
+        """The row stopped before its end (its max_tokens, a deadline, a cancellation):
+        its length is at least the tokens it made."""
+        return self.finish_reason in ("length", "deadline", "cancelled")
+
     @classmethod
     def failed(cls, message: str, task: str = "", reason: str = "error") -> RowOutcome:
         return cls(task=task, finish_reason=reason, error=message)

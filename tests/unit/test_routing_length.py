@@ -89,6 +89,28 @@ def test_correction_is_per_task_and_cue_class():
     assert predictor.predict("Question: x?\nChoices:\nA. a\nB. b", "mmlu") == mmlu_before
 
 
+def test_a_row_cut_short_raises_a_prediction_below_it_and_lowers_none():
+    predictor = LengthPredictor()
+    before = predictor.predict(PLAIN, "infobench")
+    for _ in range(50):
+        predictor.observe(PLAIN, "infobench", before // 4, cut=True)
+    assert predictor.predict(PLAIN, "infobench") == before, "at least a quarter of it: nothing against it"
+    for _ in range(50):
+        predictor.observe(PLAIN, "infobench", 2 * before, cut=True)
+    assert predictor.predict(PLAIN, "infobench") == pytest.approx(2 * before, rel=0.15)
+
+
+def test_answers_cut_at_a_cap_keep_the_early_ends_from_setting_the_prediction():
+    """Three rows in four run to their cap of 400 tokens, one ends by itself at 40: learned
+    from the early ends alone, every prompt would be predicted at 40."""
+    predictor = LengthPredictor()
+    for _ in range(100):
+        predictor.observe(PLAIN, "infobench", 40)
+        for _ in range(3):
+            predictor.observe(PLAIN, "infobench", 400, cut=True)
+    assert predictor.predict(PLAIN, "infobench") >= 300
+
+
 def test_observed_quantiles_follow_recent_traffic():
     predictor = LengthPredictor(window=100)
     assert predictor.observed_quantiles("infobench", [0.5]) is None

@@ -1,6 +1,7 @@
 """What the scheduler core teaches its length predictor: the lengths rows ended at by
-themselves, never a length a client's max_tokens cut short (a lower bound, not a length).
-The test plays the instance and reads the predictions the admission policy is given."""
+themselves; of a row cut short (by a client's max_tokens, a deadline, a cancellation), a
+lower bound, never a length: it raises a prediction below it and lowers none. The test
+plays the instance and reads the predictions the admission policy is given."""
 
 from __future__ import annotations
 
@@ -49,13 +50,20 @@ async def no_graphs(text: str) -> str:
 def answer_every_request(max_tokens: int, produced: int, finish_reason: str, times: int) -> list[float]:
     """Predictions the policy saw for ``times`` requests of INFOBENCH, then one more at
     max_tokens 64, each answered with ``produced`` tokens ending for ``finish_reason``."""
+    return answer_in_turn([(max_tokens, produced, finish_reason)] * times)
+
+
+def answer_in_turn(answers: list[tuple[int, int, str]]) -> list[float]:
+    """Predictions the policy saw for one request of INFOBENCH per answer (its max_tokens,
+    then answered with that many tokens produced, ending for that reason), then one more
+    at max_tokens 64."""
     policy, instance = PredictionsSeen(), Instance()
     intake = RequestIntake(
         ServingLimits(max_tokens_cap=64, default_max_tokens=8), word_target(256), lambda: 100.0
     )
     core = SchedulerCore(intake, policy, no_graphs, clock=lambda: 100.0)
     core.instance_joined("s", IDLE, instance)
-    for _ in range(times):
+    for max_tokens, produced, finish_reason in answers:
         core.submit(
             RoutedRequest(prompts=(INFOBENCH,), tasks=("infobench",), max_tokens=[max_tokens]),
             RecordingReply(),
@@ -106,3 +114,18 @@ def test_rows_that_ended_by_themselves_do():
     seen = answer_every_request(max_tokens=64, produced=5, finish_reason="stop", times=20)
     assert seen[0] == 64
     assert seen[-1] < 32  # learned: the answers are short
+
+
+def test_rows_cut_at_max_tokens_past_the_prediction_raise_it():
+    taught_short = [(64, 4, "stop")] * 20
+    short = answer_in_turn(taught_short)[-1]
+    seen = answer_in_turn(taught_short + [(48, 48, "length")] * 40)
+    assert short < 16
+    assert seen[-1] >= 32, "rows of at least 48 tokens show the prediction of 4 too short"
+
+
+def test_rows_cut_by_a_deadline_or_a_cancellation_lower_no_prediction():
+    taught = [(64, 40, "stop")] * 20
+    before = answer_in_turn(taught)[-1]
+    after = answer_in_turn(taught + [(64, 2, "deadline"), (64, 1, "cancelled")] * 10)[-1]
+    assert after == before, "a row stopped after a token or two is not a short answer"

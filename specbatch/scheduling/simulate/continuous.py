@@ -20,6 +20,12 @@ joins at its next boundary, and one decided on an instance's own report a step l
 (:class:`ContinuousSimulator`). Where the policy's order changes with time alone (its
 ``next_wakeup_s``), it decides again then.
 
+The server predicts a prompt's length when it arrives, with a predictor that learns from
+the rows that ended before it; with ``lengths`` (making a fresh :class:`LengthModel` for
+each run) the simulator asks it at each arrival and tells it of each row served, so that
+predictions follow what the run has shown so far, as they do live. Without it each
+request's ``predicted_tokens`` stands.
+
 Steps of a live instance on a shared machine are not that regular: with ``step_cv`` each
 step's duration is its cost times a lognormal factor of mean 1 and that coefficient of
 variation (seeded), and the instance reports the seconds it took. Rows near the edge of
@@ -33,6 +39,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -86,6 +93,19 @@ class SimRequest:
     output_tokens: int
     predicted_tokens: float
     deadline_s: float | None = None
+
+
+class LengthModel(Protocol):
+    """A run's length predictions as the server makes them: at each arrival, from what
+    the rows served before it showed."""
+
+    def predicted(self, request: SimRequest) -> float:
+        """The tokens ``request`` is predicted to run, as it arrives."""
+        ...
+
+    def served(self, request: SimRequest) -> None:
+        """``request``'s row ended, after all its ``output_tokens``."""
+        ...
 
 
 @dataclass
@@ -217,6 +237,7 @@ class ContinuousSimulator:
         lagged_dispatch: bool = True,
         step_cv: float = 0.0,
         seed: int = 0,
+        lengths: Callable[[], LengthModel] | None = None,
     ) -> None:
         if not math.isfinite(step_cv) or step_cv < 0:
             raise ValueError(f"step_cv must be a finite number >= 0, got {step_cv!r}")
@@ -226,6 +247,7 @@ class ContinuousSimulator:
         self._lagged_dispatch = lagged_dispatch
         self._step_cv = step_cv
         self._seed = seed
+        self._lengths = lengths
 
     def _step_factors(self) -> Callable[[], float]:
         """Draws of each step's duration over its cost: 1 without ``step_cv``, else
@@ -238,6 +260,7 @@ class ContinuousSimulator:
 
     def run(self, requests: Sequence[SimRequest]) -> list[SimOutcome]:
         policy = self._make_policy()
+        lengths = self._lengths() if self._lengths is not None else None
         step_factor = self._step_factors()
         states = [_InstanceState(spec) for spec in self._instances]
         names = [f"instance{i}" for i in range(len(states))]
@@ -289,9 +312,10 @@ class ContinuousSimulator:
                 continue
             if kind == "arrive":
                 request = by_id[subject]
+                predicted = request.predicted_tokens if lengths is None else lengths.predicted(request)
                 queued = QueuedRequest(
                     request_id=request.request_id,
-                    predicted_tokens=request.predicted_tokens,
+                    predicted_tokens=predicted,
                     input_tokens=request.input_tokens,
                     arrival_s=request.arrival_s,
                     deadline_s=request.deadline_s,
@@ -323,6 +347,8 @@ class ContinuousSimulator:
             for row in finished:
                 state.rows.remove(row)
                 policy.finished(names[subject], row.queued, row.outcome.request.output_tokens)
+                if lengths is not None:
+                    lengths.served(row.outcome.request)
             policy.report(names[subject], state.load())
             if self._lagged_dispatch:
                 begin_step(subject, now)

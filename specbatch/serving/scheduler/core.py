@@ -419,10 +419,10 @@ class SchedulerCore:
         if record.kind == ROUTE and not ended_early:
             self._route(record, outcome.text)
             return
-        if record.kind == GENERATE and not outcome.error and outcome.finish_reason != "length":
-            # a row cut at max_tokens says only that its length is at least that: learning it
-            # as the length would pull every prediction down to the clients' caps
-            self._predictor.observe(record.prepared.source, record.task, outcome.num_output_tokens)
+        if record.kind == GENERATE and not outcome.error:
+            self._predictor.observe(
+                record.prepared.source, record.task, outcome.num_output_tokens, cut=outcome.cut_short
+            )
         if record.refines_next and not ended_early:
             self._next_stage(record, lambda: self._intake.refine(record, outcome))
             return
