@@ -159,6 +159,11 @@ ABLATIONS = (
         "(a) length-affine placement",
         {"env": {"SPECBATCH_PLACEMENT": "length_affine"}},
     ),
+    Setup(
+        "cut_rows_skipped",
+        "(a) lengths learned from rows that ended by themselves only",
+        {"env": {"SPECBATCH_LENGTH_CUT_ROWS": "skipped"}},
+    ),
 )
 SETUPS = PEERS + ABLATIONS
 LOADS = (0.8, 1.0, 1.2)

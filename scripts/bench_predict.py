@@ -94,7 +94,7 @@ from specbatch.scheduling.simulate.continuous import (  # noqa: E402
     SimRequest,
     StepCosts,
 )
-from specbatch.serving.scheduler.setup import build_admission  # noqa: E402
+from specbatch.serving.scheduler.setup import build_admission, build_core_settings  # noqa: E402
 from specbatch.serving.scheduler.tasks import PreparedPrompt, prepare_prompt  # noqa: E402
 from specbatch.serving.settings import ModelSettings  # noqa: E402
 from specbatch.serving.target_text import TargetText  # noqa: E402
@@ -259,14 +259,17 @@ class Requests:
     def of(self, arrivals: list, task: str = "infobench") -> list[SimRequest]:
         return [self._request(index, arrival, task)[0] for index, arrival in enumerate(arrivals)]
 
-    def online(self, arrivals: list, task: str = "infobench") -> Callable[[], OnlineLengths]:
+    def online(
+        self, arrivals: list, cut_rows: str, task: str = "infobench"
+    ) -> Callable[[], OnlineLengths]:
         """Fresh length predictions for each simulated run of ``arrivals``, made as the
-        scheduler makes them (:class:`OnlineLengths`)."""
+        scheduler makes them, learning rows cut short as ``cut_rows`` says
+        (:class:`OnlineLengths`)."""
         prompts = {}
         for index, arrival in enumerate(arrivals):
             _, source, ended = self._request(index, arrival, task)
             prompts[index] = (source, task, arrival.max_tokens, ended)
-        return lambda: OnlineLengths(prompts)
+        return lambda: OnlineLengths(prompts, cut_rows)
 
     def _request(self, index: int, arrival, task: str) -> tuple[SimRequest, str, bool]:
         """The arrival as the simulator runs it, its prompt as the predictor reads it, and
@@ -284,12 +287,12 @@ class Requests:
 class OnlineLengths:
     """One simulated run's length predictions, as the scheduler makes them: a fresh
     predictor asked as each prompt arrives (capped at its max_tokens) that learns from
-    every row served, a row cut at its max_tokens as a lower bound
-    (:meth:`LengthPredictor.observe`)."""
+    every row served, a row cut at its max_tokens as the server's ``length_cut_rows``
+    says (:meth:`LengthPredictor.observe`)."""
 
-    def __init__(self, prompts: dict[int, tuple[str, str, int, bool]]) -> None:
+    def __init__(self, prompts: dict[int, tuple[str, str, int, bool]], cut_rows: str) -> None:
         self._prompts = prompts
-        self._predictor = LengthPredictor()
+        self._predictor = LengthPredictor(cut_rows=cut_rows)
 
     def predicted(self, request: SimRequest) -> float:
         source, task, max_tokens, _ = self._prompts[request.request_id]
@@ -550,9 +553,11 @@ def predict_rows(
         arrivals = workload.build(row["rate"], args.duration, row["seed"])
         budget = float(env.get("SPECBATCH_KV_MEMORY_BUDGET_GB", default_budget))
         instance = SimInstance(kv_tokens=int(budget * kv_tokens_per_gb), max_rows=64)
-        admission = build_admission(ModelSettings(scheduler, ROOT, env=env))
+        settings = ModelSettings(scheduler, ROOT, env=env)
+        admission = build_admission(settings)
         sims = requests.of(arrivals)
-        lengths = requests.online(arrivals) if online_lengths else None
+        cut_rows = build_core_settings(settings).cut_rows
+        lengths = requests.online(arrivals, cut_rows) if online_lengths else None
         row_cv = measured_step_cv(row) if step_cv is None else step_cv
         if has_engine_figures(row):
             row_costs = live.costs(row)

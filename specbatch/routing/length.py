@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from .infobench import parse_infobench
 
 DEFAULT_PRIORS = {"graph": 40, "mmlu": 8, "infobench": 320}
+# how a row cut before its end teaches the predictor (LengthPredictor.observe)
+CUT_ROWS = ("lower_bounds", "skipped")
 CHARS_PER_TOKEN = 4.0
 
 _NUMBER_WORDS = {
@@ -94,7 +96,9 @@ class LengthPredictor:
     """Predicts output tokens per prompt; learns from observed lengths. Thread-safe.
 
     ``window`` observations per (task, cue class) feed the running median correction;
-    ``shrinkage`` observations' worth of weight keep the prior until data accumulates.
+    ``shrinkage`` observations' worth of weight keep the prior until data accumulates;
+    ``cut_rows``: how a row cut before its end is learned (:data:`CUT_ROWS`, see
+    :meth:`observe`).
     """
 
     def __init__(
@@ -104,9 +108,13 @@ class LengthPredictor:
         window: int = 512,
         shrinkage: float = 8.0,
         max_tokens: int = 8192,
+        cut_rows: str = "lower_bounds",
     ) -> None:
         if window < 1 or shrinkage < 0 or max_tokens < 1:
             raise ValueError("window and max_tokens must be >= 1 and shrinkage >= 0")
+        if cut_rows not in CUT_ROWS:
+            raise ValueError(f"cut_rows must be one of {', '.join(CUT_ROWS)}, got {cut_rows!r}")
+        self.cut_rows = cut_rows
         self.priors = {**DEFAULT_PRIORS, **(priors or {})}
         self.window = window
         self.shrinkage = shrinkage
@@ -145,11 +153,12 @@ class LengthPredictor:
     def observe(self, prompt: str, task: str, output_tokens: int, *, cut: bool = False) -> None:
         """Record the output length of a finished prompt. A row cut before its end (at its
         max_tokens, a deadline, a cancellation: ``cut``) shows only that its length is at
-        least ``output_tokens``: it is learned as a length where that is more than the
-        prediction now (the prediction is short by at least that much) and skipped
-        otherwise (it says nothing against the prediction). Learning cut rows as lengths
-        would pull predictions down to the clients' caps; dropping them all would learn
-        from the rows that end early alone, and pull predictions down to the shortest
+        least ``output_tokens``: with ``cut_rows="lower_bounds"`` (the default) it is
+        learned as a length where that is more than the prediction now (the prediction is
+        short by at least that much) and skipped otherwise (it says nothing against the
+        prediction); with ``"skipped"`` it is never learned. Learning cut rows as lengths
+        would pull predictions down to the clients' caps; skipping them all learns from
+        the rows that end early alone, and pulls predictions down towards the shortest
         answers."""
         if output_tokens < 0:
             raise ValueError(f"output_tokens must be >= 0, got {output_tokens}")
@@ -157,7 +166,7 @@ class LengthPredictor:
         log_ratio = math.log(max(1, output_tokens) / max(1.0, estimate))
         key = (task, cue)
         with self._lock:
-            if cut and log_ratio <= self._corrections.get(key, 0.0):
+            if cut and (self.cut_rows == "skipped" or log_ratio <= self._corrections.get(key, 0.0)):
                 return
             ratios = self._log_ratios.setdefault(key, deque(maxlen=self.window))
             ratios.append(log_ratio)

@@ -111,6 +111,16 @@ def test_answers_cut_at_a_cap_keep_the_early_ends_from_setting_the_prediction():
     assert predictor.predict(PLAIN, "infobench") >= 300
 
 
+def test_cut_rows_skipped_learns_from_rows_that_ended_by_themselves_only():
+    predictor = LengthPredictor(cut_rows="skipped")
+    before = predictor.predict(PLAIN, "infobench")
+    for _ in range(50):
+        predictor.observe(PLAIN, "infobench", 2 * before, cut=True)
+    assert predictor.predict(PLAIN, "infobench") == before
+    with pytest.raises(ValueError, match="cut_rows"):
+        LengthPredictor(cut_rows="ignored")
+
+
 def test_observed_quantiles_follow_recent_traffic():
     predictor = LengthPredictor(window=100)
     assert predictor.observed_quantiles("infobench", [0.5]) is None

@@ -100,6 +100,7 @@ class CoreSettings:
     fallback_tokens: int = 4
     max_attempts: int = 2
     hang_after_s: float = 60.0
+    cut_rows: str = "lower_bounds"  # how the length predictor learns a row cut short
 
 
 class SchedulerCore:
@@ -127,7 +128,7 @@ class SchedulerCore:
         self._seen: set[str] = set()
         self._prompts: dict[int, PromptRecord] = {}  # every prompt not yet settled, by id
         self._running = 0
-        self._predictor = LengthPredictor()
+        self._predictor = LengthPredictor(cut_rows=self._settings.cut_rows)
         self._background: set[asyncio.Task] = set()
         self._draining = False
 

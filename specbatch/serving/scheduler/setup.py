@@ -101,6 +101,19 @@ def build_admission(settings: ModelSettings) -> AdmissionPolicy:
     )
 
 
+def build_core_settings(settings: ModelSettings) -> CoreSettings:
+    """`generation_mode`, `fallback_tokens` (a draft routing answer's tokens),
+    `instance_hang_ms`, and `length_cut_rows`: how the length predictor learns a row cut
+    before its end (`lower_bounds`: as at least its length, where that is more than the
+    prediction; `skipped`: not at all)."""
+    return CoreSettings(
+        generation_mode=settings.raw("generation_mode", "speculative"),
+        fallback_tokens=settings.integer("fallback_tokens", 4),
+        hang_after_s=settings.number("instance_hang_ms", 60000.0) / 1000.0,
+        cut_rows=settings.raw("length_cut_rows", "lower_bounds"),
+    )
+
+
 def graph_solver(pool: GraphSolverPool) -> SolveGraph:
     """Solve in the pool's worker processes, never on the scheduler's loop; a prompt
     over the time limit or the size limits fails alone, a full pool fails it as overload."""
@@ -136,11 +149,7 @@ def build_core(
         intake,
         build_admission(settings),
         graph_solver(pool),
-        settings=CoreSettings(
-            generation_mode=settings.raw("generation_mode", "speculative"),
-            fallback_tokens=settings.integer("fallback_tokens", 4),
-            hang_after_s=settings.number("instance_hang_ms", 60000.0) / 1000.0,
-        ),
+        settings=build_core_settings(settings),
         events=events,
         faults=faults,
     )
