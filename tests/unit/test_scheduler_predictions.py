@@ -5,6 +5,9 @@ plays the instance and reads the predictions the admission policy is given."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from serving_helpers import RecordingReply, word_target
 
 from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
@@ -14,6 +17,8 @@ from specbatch.serving.messages import RowOutcome, Run
 from specbatch.serving.params import ServingLimits
 from specbatch.serving.scheduler.core import SchedulerCore
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
+from specbatch.serving.scheduler.setup import build_core_settings
+from specbatch.serving.settings import ConfigError, ModelSettings
 
 INFOBENCH = "Instruction: Name three colours.\nQuestion: \nGeneration:"
 IDLE = InstanceLoad(blocks_total=256, blocks_free=256, block_size=16)
@@ -129,3 +134,14 @@ def test_rows_cut_by_a_deadline_or_a_cancellation_lower_no_prediction():
     before = answer_in_turn(taught)[-1]
     after = answer_in_turn(taught + [(64, 2, "deadline"), (64, 1, "cancelled")] * 10)[-1]
     assert after == before, "a row stopped after a token or two is not a short answer"
+
+
+def test_length_cut_rows_is_read_from_the_config_and_checked():
+    def settings(value: str | None) -> ModelSettings:
+        parameters = {} if value is None else {"length_cut_rows": {"string_value": value}}
+        return ModelSettings({"name": "scheduler", "parameters": parameters}, Path("."), env={})
+
+    assert build_core_settings(settings(None)).cut_rows == "lower_bounds"
+    assert build_core_settings(settings("skipped")).cut_rows == "skipped"
+    with pytest.raises(ConfigError, match="length_cut_rows"):
+        build_core_settings(settings("ignored"))

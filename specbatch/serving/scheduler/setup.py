@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 
 from specbatch.routing import GraphSolverPool, GraphTimeoutError, SolverBusyError
+from specbatch.routing.length import CUT_ROWS
 from specbatch.scheduling.admission import UNBINNED, AdmissionConfig, AdmissionPolicy
 from specbatch.serving.faults import FaultHooks
 from specbatch.serving.latency import SlaTargets
 from specbatch.serving.params import PromptError, ServingLimits
 from specbatch.serving.scheduler.core import CoreSettings, SchedulerCore, SchedulerEvents, SolveGraph
 from specbatch.serving.scheduler.intake import RequestIntake
-from specbatch.serving.settings import ModelSettings
+from specbatch.serving.settings import ConfigError, ModelSettings
 from specbatch.serving.target_text import TargetText
 
 
@@ -106,11 +107,15 @@ def build_core_settings(settings: ModelSettings) -> CoreSettings:
     `instance_hang_ms`, and `length_cut_rows`: how the length predictor learns a row cut
     before its end (`lower_bounds`: as at least its length, where that is more than the
     prediction; `skipped`: not at all)."""
+    cut_rows = settings.raw("length_cut_rows", "lower_bounds")
+    if cut_rows not in CUT_ROWS:
+        choices = ", ".join(CUT_ROWS)
+        raise ConfigError(f"parameter 'length_cut_rows' must be one of {choices}, got {cut_rows!r}")
     return CoreSettings(
         generation_mode=settings.raw("generation_mode", "speculative"),
         fallback_tokens=settings.integer("fallback_tokens", 4),
         hang_after_s=settings.number("instance_hang_ms", 60000.0) / 1000.0,
-        cut_rows=settings.raw("length_cut_rows", "lower_bounds"),
+        cut_rows=cut_rows,
     )
 
 
