@@ -494,8 +494,10 @@ ENGINE_METRICS = (
     "specbatch_cycle_seconds_total",
     "specbatch_lookahead_steps_total",  # summed over K: decode steps
     "specbatch_row_step_tokens_total",  # summed over tokens: row-steps
+    "specbatch_lookahead_cut_for_kv_total",
 )
 ROW_TOKENS = "row_tokens"  # tokens committed by rows: the row-step histogram weighted by its label
+STEPS_BY_K = "steps_by_k"  # decode steps per K run, keyed steps_by_k|K
 # the committing steps per batch-size bucket (label rows): what each figure of a row's
 # engine["by_batch"][rows] is read from
 BATCH_METRICS = {
@@ -525,11 +527,21 @@ def engine_metrics(url: str) -> dict[str, float]:
             tokens = re.search(r'tokens="(\d+)"', line)
             if name == "specbatch_row_step_tokens_total" and tokens:
                 totals[ROW_TOKENS] += int(tokens.group(1)) * value
+            k = re.search(r'k="(\d+)"', line)
+            if name == "specbatch_lookahead_steps_total" and k:
+                key = f"{STEPS_BY_K}|{k.group(1)}"
+                totals[key] = totals.get(key, 0.0) + value
         elif name in BATCH_METRICS:
             rows = re.search(r'rows="([^"]+)"', line)
             key = f"{name}|{rows.group(1)}"
             totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return totals
+
+
+def steps_by_k(delta: dict[str, float]) -> dict[str, int]:
+    """A run's decode steps per K run (0: plain), where speculation switched itself off."""
+    grown = {key.partition("|")[2]: int(n) for key, n in delta.items() if key.startswith(f"{STEPS_BY_K}|")}
+    return {k: n for k, n in sorted(grown.items(), key=lambda item: int(item[0])) if n}
 
 
 def by_batch(delta: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -639,6 +651,8 @@ class Session:
                 "steps": int(delta["specbatch_lookahead_steps_total"]),
                 "row_steps": int(delta["specbatch_row_step_tokens_total"]),
                 "row_tokens": int(delta[ROW_TOKENS]),
+                "steps_by_k": steps_by_k(delta),
+                "cut_for_kv_steps": int(delta["specbatch_lookahead_cut_for_kv_total"]),
                 "by_batch": by_batch(delta),
             }
             prefilled = (

@@ -194,6 +194,9 @@ class InstanceLoad:
     tokens_per_row_step: tuple[int, ...] = ()
     batch_steps: BatchStepTotals = field(default_factory=BatchStepTotals)
     preemptions: int = 0
+    # decode steps run plain although the policy chose K > 0: the pool had no room for
+    # the lookahead's slots (what a KV budget filled to its rows' ends costs speculation)
+    lookahead_cut_steps: int = 0
     max_rows: int = 64
     # slots past its tokens a row is grown by for a speculative step (the largest K): the
     # KV room speculation needs beside the tokens themselves; without it the step is plain

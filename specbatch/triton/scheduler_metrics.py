@@ -37,6 +37,11 @@ ENGINE_TOTALS = (
     ("prefix_hit_tokens", "specbatch_prefix_hit_tokens_total", "Prompt tokens found in the prefix cache"),
     ("prefix_miss_tokens", "specbatch_prefix_miss_tokens_total", "Prompt tokens computed (not cached)"),
     ("evictions", "specbatch_kv_evictions_total", "Cached KV blocks evicted to make room"),
+    (
+        "lookahead_cut_steps",
+        "specbatch_lookahead_cut_for_kv_total",
+        "Decode steps run plain although the policy chose K > 0, for lack of KV room for the lookahead",
+    ),
     ("step_seconds_total", "specbatch_step_seconds_total", "Seconds in engine steps that committed tokens"),
     (
         "cycle_seconds_total",

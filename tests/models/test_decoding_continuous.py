@@ -145,6 +145,24 @@ def test_preempted_rows_are_requeued_and_stay_exact(pair, reference) -> None:
         assert result.num_output_tokens == NEW_TOKENS
 
 
+def test_a_step_without_kv_room_for_its_lookahead_runs_plain_and_is_counted(pair, reference) -> None:
+    rows = prompts(3, pair.vocab_size, seed=31, min_len=12, max_len=12)
+    budgets = (NEW_TOKENS, NEW_TOKENS // 2, NEW_TOKENS // 2)
+    block = 4
+    # the pool holds every row at its full length and no more: as the short rows near
+    # their ends, the long row's K would grow them past it, so those steps run plain
+    budget = sum(12 + n for n in budgets) * pair.kv_bytes_per_token
+    tight = Engine(pair, lookahead=8, kv_memory_budget_bytes=budget, block_size=block)
+    roomy = Engine(pair, lookahead=8, block_size=block)
+    for engine in (tight, roomy):
+        requests = [GenerationRequest(p, max_new_tokens=n) for p, n in zip(rows, budgets, strict=True)]
+        for prompt, n, result in zip(rows, budgets, engine.generate(requests), strict=True):
+            assert result.tokens == reference(tuple(prompt))[:n]
+    cut = tight.snapshot().lookahead_cut_steps
+    assert cut > 0 and tight.lookahead_steps[0] >= cut and tight.snapshot().preemptions == 0
+    assert roomy.snapshot().lookahead_cut_steps == 0
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_while_running_rows_keep_decoding(pair, reference) -> None:
     chunk = 32
     engine = Engine(pair, lookahead=2, prefill_chunk=chunk)
