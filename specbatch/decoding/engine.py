@@ -183,7 +183,7 @@ class Engine:
         self._seconds_per_token = 0.0
         self._tokens_per_row = 1.0  # committed per decoding row in the last step
         self._preemptions = 0
-        self._steps_cut_for_room = 0  # steps run plain where the policy chose K > 0
+        self._lookahead_cut_steps = 0  # steps run plain where the policy chose K > 0
         self._calibrated = False
         self._lookahead_steps: Counter[int] = Counter()
         self._told: tuple[DecodedStep, float] | None = None  # the last step, for the policy
@@ -549,7 +549,8 @@ class Engine:
             self._catch_up(speculative)
         timed = time.perf_counter() - timed_from
         chosen, k = k, self._make_room(ready, k)
-        self._steps_cut_for_room += k < chosen
+        if k < chosen:
+            self._lookahead_cut_steps += 1
         ready = [r for r in ready if r in self._running]  # preemption may have taken some
         spec_rows = [
             r
@@ -754,7 +755,7 @@ class Engine:
             tokens_per_row_step=_counts(self._tokens_per_row_step, MAX_LOOKAHEAD + 1),
             batch_steps=self._batch_steps.totals(),
             preemptions=self._preemptions,
-            lookahead_cut_steps=self._steps_cut_for_room,
+            lookahead_cut_steps=self._lookahead_cut_steps,
             max_rows=self.max_rows,
             lookahead_slots=MAX_LOOKAHEAD,
             prefill_seconds_per_token=self._prefill_seconds_per_token(),
