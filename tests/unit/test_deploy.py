@@ -238,6 +238,8 @@ def test_the_dashboard_covers_what_a_user_watches():
         "specbatch_rows_allowed",
         "specbatch_accepted_draft_tokens_total",
         "specbatch_lookahead",
+        "specbatch_lookahead_steps_total",
+        "specbatch_lookahead_cut_for_kv_total",
         "specbatch_free_kv_blocks",
         "specbatch_prefix_hit_tokens_total",
         "specbatch_prefix_miss_tokens_total",
