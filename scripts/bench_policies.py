@@ -617,6 +617,12 @@ def server_env(setup: Setup, workload_env: dict, args: argparse.Namespace) -> di
     return {**setup.options.get("env", {}), **env}
 
 
+def warm_up_arrivals() -> list[TimedRequest]:
+    """What every server serves before its first measured phase: four short infobench
+    prompts, so that no set-up's first phase pays for its first passes."""
+    return build_workload(4.0, 2.0, 12345, 1.0)[:4] or [TimedRequest(0.0, "Warm up.", 8)]
+
+
 class Session:
     """One tritonserver for one set-up: warmed, then runs phases one after another."""
 
@@ -626,8 +632,7 @@ class Session:
         self.args = args
         self.ensemble = setup.name != TRITON_BATCHING.name
         self.process = start_server(self.setup, name)
-        warm = build_workload(4.0, 2.0, 12345, 1.0)[:4] or [TimedRequest(0.0, "Warm up.", 8)]
-        drive(self.process.grpc_url, self.setup, warm, timeout_s=120)
+        drive(self.process.grpc_url, self.setup, warm_up_arrivals(), timeout_s=120)
 
     def run(self, phase: str, rate: float, arrivals: list[TimedRequest], load: float | None = None) -> dict:
         args = self.args

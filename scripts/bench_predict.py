@@ -40,6 +40,16 @@ predicts every prompt once, before the run, with a predictor that has learned no
 Each row runs as long as the served model makes it (greedy: to its end of sequence, or
 its max_tokens).
 
+A live scheduler and router carry what they learned from one phase to the next:
+bench_policies serves each set-up's cells of a workload on one server (a warm-up, then its
+loads in ascending order, round by round, the prompt-heavy overload after them), and the
+length predictor's corrections, the memory margin's running error and the instances'
+paces a cell starts from are those the cells before it left. So each row is simulated
+after the warm-up and its set-up's earlier cells, on the same virtual clock, through the
+same policy and length predictor, each phase a drain (--drain) after the one before it,
+and only the row's own requests are measured; `--history fresh` starts every row from a
+fresh scheduler instead.
+
 Steps on the served instances are not as regular as their costs, and a row near the end
 of its SLA's pace misses it in a run of slow steps. The instances also count the squared
 seconds of the steps that prefilled nothing, per batch size; with `--step-cv measured`
@@ -81,7 +91,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_policies import SETUPS, e2e_sla_s, meets_sla, server_env, workloads  # noqa: E402
+from bench_policies import (  # noqa: E402
+    SETUPS,
+    e2e_sla_s,
+    meets_sla,
+    server_env,
+    warm_up_arrivals,
+    workloads,
+)
 
 from specbatch.figures import save_figure  # noqa: E402
 from specbatch.routing.length import LengthPredictor  # noqa: E402
@@ -256,17 +273,26 @@ class Requests:
         ended = sum(end is not None for end in self._ends.values())
         logger.info("output lengths: %d of %d prompts end before their max_tokens", ended, len(self._ends))
 
-    def of(self, arrivals: list, task: str = "infobench") -> list[SimRequest]:
-        return [self._request(index, arrival, task)[0] for index, arrival in enumerate(arrivals)]
+    def of(self, phases: list[Phase], task: str = "infobench") -> list[SimRequest]:
+        """Every phase's arrivals as simulated requests, on the phases' common clock."""
+        requests = []
+        for phase in phases:
+            for index, arrival in enumerate(phase.arrivals):
+                request = self._request(phase.first_id + index, arrival, task)[0]
+                requests.append(dataclasses.replace(request, arrival_s=request.arrival_s + phase.shift_s))
+        return requests
 
-    def online(self, arrivals: list, cut_rows: str, task: str = "infobench") -> Callable[[], OnlineLengths]:
-        """Fresh length predictions for each simulated run of ``arrivals``, made as the
-        scheduler makes them, learning rows cut short as ``cut_rows`` says
+    def online(
+        self, phases: list[Phase], cut_rows: str, task: str = "infobench"
+    ) -> Callable[[], OnlineLengths]:
+        """Fresh length predictions for each simulated run of the phases' arrivals, made as
+        the scheduler makes them, learning rows cut short as ``cut_rows`` says
         (:class:`OnlineLengths`)."""
         prompts = {}
-        for index, arrival in enumerate(arrivals):
-            _, source, ended = self._request(index, arrival, task)
-            prompts[index] = (source, task, arrival.max_tokens, ended)
+        for phase in phases:
+            for index, arrival in enumerate(phase.arrivals):
+                _, source, ended = self._request(phase.first_id + index, arrival, task)
+                prompts[phase.first_id + index] = (source, task, arrival.max_tokens, ended)
         return lambda: OnlineLengths(prompts, cut_rows)
 
     def _request(self, index: int, arrival, task: str) -> tuple[SimRequest, str, bool]:
@@ -490,6 +516,55 @@ def measured_like(outcomes: list[SimOutcome], arrivals: list, args: argparse.Nam
     }
 
 
+HISTORY_ID_STRIDE = 1_000_000  # request ids of the phases served before a row's own start here
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """Arrivals a server served as one phase: their requests' ids start at ``first_id`` and
+    their times move by ``shift_s`` onto the simulated run's clock."""
+
+    arrivals: list
+    first_id: int = 0
+    shift_s: float = 0.0
+
+
+def served_before(pairs: list[tuple[str, dict]]) -> list[list[dict]]:
+    """For each (workload, row) pair, the rows its set-up's server served before that row,
+    oldest first. bench_policies serves each set-up's cells of a workload on one server,
+    round by round, its loads in ascending order and the prompt-heavy overload after them
+    (its `plan`)."""
+
+    def ran_at(row: dict) -> tuple[int, bool, float]:
+        return row.get("round", 0), row["phase"] == "overload", row["load"] or 0.0
+
+    return [
+        sorted(
+            (
+                other
+                for other_name, other in pairs
+                if other_name == name and other["setup"] == row["setup"] and ran_at(other) < ran_at(row)
+            ),
+            key=ran_at,
+        )
+        for name, row in pairs
+    ]
+
+
+def history_phases(earlier: list[list], gap_s: float) -> list[Phase]:
+    """The arrivals a server served before a row's (``earlier``, oldest first), placed on
+    the row's clock before its own, which start at 0: each phase's first arrival ``gap_s``
+    after the last arrival of the phase before it (bench_policies' drain: by then a live
+    phase has ended), ids from ``HISTORY_ID_STRIDE`` up."""
+    phases = []
+    start_s = 0.0
+    for number, arrivals in enumerate(reversed(earlier), start=1):
+        shift_s = start_s - gap_s - arrivals[-1].at_s
+        phases.append(Phase(arrivals, number * HISTORY_ID_STRIDE, shift_s))
+        start_s = shift_s + arrivals[0].at_s
+    return phases[::-1]
+
+
 def simulated_rows(policies: dict) -> list[tuple[str, dict]]:
     """The (workload, row) pairs the simulator predicts: every continuous set-up's row of
     the simulated workloads, and their overload rows."""
@@ -526,12 +601,17 @@ def predict_rows(
     kv_tokens_per_gb: int,
     step_cv: float | None = 0.0,
     online_lengths: bool = True,
+    carry_history: bool = True,
 ) -> tuple[list[dict], LiveStepFit]:
     """Each simulated row predicted from the live instances' step costs and from the
     offline fit's, both at the row's machine speed, each step drawn around its cost at
     ``step_cv`` (0: exact costs; None: the row's own measured spread), its lengths
     predicted as the scheduler predicts them while the run goes on (``online_lengths``)
-    or once, before it, by a predictor that learns nothing; and the live fit."""
+    or once, before it, by a predictor that learns nothing; and the live fit. With
+    ``carry_history`` each row's run is preceded by what its set-up's server served before
+    it (the warm-up, then its earlier cells: :func:`served_before`), through the same
+    policy and length predictor, as the live scheduler and router carry what they learned
+    from phase to phase; without it each row starts from a fresh scheduler."""
     args = bench_args(policies["config"])
     builders = {w.name: w for w in workloads(args)}
     setups = {s.name: s for s in SETUPS}
@@ -539,23 +619,28 @@ def predict_rows(
     requests = Requests()
     default_budget = instance_settings().number("kv_memory_budget_gb")
     pairs = simulated_rows(policies)
+    warm_up = warm_up_arrivals()
     requests.learn_ends(
-        [a for name, row in pairs for a in builders[name].build(row["rate"], args.duration, row["seed"])]
+        warm_up
+        + [a for name, row in pairs for a in builders[name].build(row["rate"], args.duration, row["seed"])]
     )
+    earlier_rows = served_before(pairs) if carry_history else [[] for _ in pairs]
     live = live_fit([row for _, row in pairs])
     logger.info("live step costs over %d rows (%d batch-size buckets): %s", live.rows, live.buckets, live)
     predicted = []
-    for name, row in pairs:
+    for (name, row), earlier in zip(pairs, earlier_rows, strict=True):
         workload = builders[name]
         env = server_env(setups[row["setup"]], workload.env, args)
         arrivals = workload.build(row["rate"], args.duration, row["seed"])
+        served = [workload.build(r["rate"], args.duration, r["seed"]) for r in earlier]
+        phases = [*history_phases([warm_up, *served] if carry_history else [], args.drain), Phase(arrivals)]
         budget = float(env.get("SPECBATCH_KV_MEMORY_BUDGET_GB", default_budget))
         instance = SimInstance(kv_tokens=int(budget * kv_tokens_per_gb), max_rows=64)
         settings = ModelSettings(scheduler, ROOT, env=env)
         admission = build_admission(settings)
-        sims = requests.of(arrivals)
+        sims = requests.of(phases)
         cut_rows = build_core_settings(settings).cut_rows
-        lengths = requests.online(arrivals, cut_rows) if online_lengths else None
+        lengths = requests.online(phases, cut_rows) if online_lengths else None
         row_cv = measured_step_cv(row) if step_cv is None else step_cv
         if has_engine_figures(row):
             row_costs = live.costs(row)
@@ -578,6 +663,7 @@ def predict_rows(
                 "load": row["load"],
                 "round": row.get("round", 0),
                 "rate": row["rate"],
+                "phases_before": len(phases) - 1,
                 "speed": live_speed,
                 "offline_speed": speed,
                 "step_cv": row_cv,
@@ -616,11 +702,14 @@ def simulate(
     step_cv: float = 0.0,
     lengths: Callable[[], OnlineLengths] | None = None,
 ) -> dict:
-    """One simulated run of a row's arrivals, on two instances at these step costs."""
+    """One simulated run of a row's arrivals (and the phases served before them, whose
+    requests carry ids from ``HISTORY_ID_STRIDE`` up), on two instances at these step
+    costs; the row's own requests measured."""
     simulator = ContinuousSimulator(
         lambda: _fresh(admission), [instance, instance], costs, step_cv=step_cv, lengths=lengths
     )
-    return measured_like(simulator.run(requests), arrivals, args)
+    outcomes = simulator.run(requests)
+    return measured_like([o for o in outcomes if o.request.request_id < HISTORY_ID_STRIDE], arrivals, args)
 
 
 def error(predicted: float, measured: float) -> float:
@@ -836,12 +925,21 @@ def main(argv: list[str] | None = None) -> int:
         help="predict each prompt's length as it arrives, from the rows the run has ended so "
         "far, as the scheduler does (default), or once before the run",
     )
+    parser.add_argument(
+        "--history",
+        choices=("carried", "fresh"),
+        default="carried",
+        help="run each row after what its set-up's server served before it, through the same "
+        "scheduler, as the live one carries what it learned (default), or from a fresh scheduler",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     policies = json.loads(args.policies.read_text())
     costs, kv_tokens_per_gb, points = fit_costs(args.fit_steps)
     logger.info("offline step costs: %s", costs)
-    rows, live = predict_rows(policies, costs, kv_tokens_per_gb, args.step_cv, args.lengths == "online")
+    rows, live = predict_rows(
+        policies, costs, kv_tokens_per_gb, args.step_cv, args.lengths == "online", args.history == "carried"
+    )
     ranks = rankings(rows)
     medians = medians_over_rounds(rows)
     shape = step_shape([row for _, row in simulated_rows(policies)], live)

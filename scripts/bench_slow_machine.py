@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_policies import SETUPS, server_env, workloads  # noqa: E402
 from bench_predict import (  # noqa: E402
     REPOSITORY,
+    Phase,
     Requests,
     at_speed,
     bench_args,
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                                 admission,
                                 instance,
                                 at_speed(costs, speed),
-                                requests.of(arrivals),
+                                requests.of([Phase(arrivals)]),
                                 arrivals,
                                 bench,
                             )
