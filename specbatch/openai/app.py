@@ -119,7 +119,7 @@ async def _complete(events: AsyncIterator[Delta | list[Outcome]], call: Call) ->
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, list):
-                _raise_prompt_errors(event)
+                _raise_prompt_errors(event, call.n)
                 return web.json_response(Reply(call).complete(event))
     raise OpenAIError(502, "the pipeline sent no answer")
 
@@ -136,7 +136,7 @@ async def _stream(
     async with contextlib.aclosing(events):
         event = await anext(events)
         if isinstance(event, list):
-            _raise_prompt_errors(event)
+            _raise_prompt_errors(event, call.n)
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         try:
@@ -145,7 +145,7 @@ async def _stream(
             while isinstance(event, Delta):
                 await _send(response, reply.chunk(event.index, event.text))
                 event = await anext(events)
-            _raise_prompt_errors(event)
+            _raise_prompt_errors(event, call.n)
             for index, outcome in enumerate(event):
                 await _send(response, reply.chunk(index, None, finish_reason=outcome.finish_reason))
             if call.include_usage:
@@ -162,12 +162,13 @@ async def _send(response: web.StreamResponse, payload: dict) -> None:
     await response.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
 
 
-def _raise_prompt_errors(outcomes: list[Outcome]) -> None:
-    """OpenAI has no per-choice error: a prompt that failed fails the request, naming it."""
-    failed = [(i, o.error) for i, o in enumerate(outcomes) if o.error]
+def _raise_prompt_errors(outcomes: list[Outcome], n: int) -> None:
+    """OpenAI has no per-choice error: a prompt that failed fails the request, naming it
+    once however many of its ``n`` copies failed."""
+    failed = {i // n: o.error for i, o in reversed(list(enumerate(outcomes))) if o.error}
     if failed:
-        message = "; ".join(f"prompt {i}: {error}" for i, error in failed)
-        raise OpenAIError(400, message if len(outcomes) > 1 else failed[0][1], param="prompt")
+        message = "; ".join(f"prompt {i}: {error}" for i, error in sorted(failed.items()))
+        raise OpenAIError(400, message if len(outcomes) > n else failed[0], param="prompt")
 
 
 def _model_card(name: str) -> dict:

@@ -1,7 +1,7 @@
 """OpenAI request bodies, validated into one `Call` the pipeline understands.
 
 What the pipeline cannot honour is refused with a 400 naming the parameter, never
-silently ignored: several choices (`n` > 1), logprobs, echo, tools, token-id prompts,
+silently ignored: logprobs, echo, `best_of`, tools, token-id prompts,
 penalties and logit biases (the sampler has none), structured output (`response_format`
 other than text, vLLM's guided decoding), and the vLLM extensions `min_tokens`, `min_p`
 and `stop_token_ids`. Each is accepted at the value that means "not used", as clients
@@ -10,6 +10,12 @@ send their defaults. vLLM's `top_k` extension is honoured (-1 or 0: off), and so
 fixed output lengths load testers ask for, e.g. AIPerf's `--extra-inputs ignore_eos:true`).
 `seed` is honoured as the pipeline's `random_seed`: a sampled prompt with a seed gives
 the same tokens in any batch (greedy decoding, temperature 0, does so without one).
+`n` choices per prompt run as that many copies of the prompt, the choices prompt by
+prompt (choice `i * n + j` is copy `j` of prompt `i`, as OpenAI numbers them). Each copy
+samples on its own seed: unseeded, each row draws one; with `seed`, copy 0 keeps it (its
+answer is the one `n` = 1 gives) and copy `j` takes a seed mixed from it and `j`, so the
+copies differ and the whole reply is reproducible. Greedy copies are all the same
+answer, as in vLLM.
 A chat request becomes its last user message (which the router classifies) plus the
 earlier turns, which the model instance renders with Qwen3's chat template. The body
 field `self_refine` (true or false; the openai client sends it in `extra_body`) is the
@@ -71,6 +77,7 @@ class Call:
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
+    n: int = 1
     chat_history: str = ""
     enable_thinking: bool = False
     self_refine: bool = False
@@ -85,9 +92,8 @@ def parse_completion(body: Any) -> Call:
         raise bad_request("prompt must be a string or a non-empty list of strings", "prompt")
     if not all(isinstance(p, str) for p in prompts):
         raise bad_request("prompt must be text: token-id prompts are not supported", "prompt")
-    if len(prompts) > MAX_PROMPTS:
-        raise bad_request(f"at most {MAX_PROMPTS} prompts per request", "prompt")
-    return Call(kind="completion", prompts=tuple(prompts), **_common(body, body.get("max_tokens")))
+    common = _common(body, body.get("max_tokens"))
+    return Call(kind="completion", prompts=_copies(prompts, common["n"]), **common)
 
 
 def parse_chat(body: Any) -> Call:
@@ -107,14 +113,35 @@ def parse_chat(body: Any) -> Call:
     thinking = kwargs.get("enable_thinking", body.get("enable_thinking", False))
     if not isinstance(thinking, bool):
         raise bad_request("enable_thinking must be true or false", "enable_thinking")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    common = _common(body, body.get("max_completion_tokens", body.get("max_tokens")))
     return Call(
         kind="chat",
-        prompts=(turns[-1]["content"],),
+        prompts=_copies([turns[-1]["content"]], common["n"]),
         chat_history=json.dumps(turns[:-1]) if len(turns) > 1 else "",
         enable_thinking=thinking,
-        **_common(body, max_tokens),
+        **common,
     )
+
+
+def _copies(prompts: list[str], n: int) -> tuple[str, ...]:
+    """Each prompt ``n`` times, prompt by prompt: the pipeline's prompts, one per choice."""
+    if len(prompts) * n > MAX_PROMPTS:
+        param = "n" if n > 1 else "prompt"
+        raise bad_request(f"at most {MAX_PROMPTS} choices per request (prompts times n)", param)
+    return tuple(prompt for prompt in prompts for _ in range(n))
+
+
+def copy_seed(seed: int, copy: int) -> int:
+    """The seed copy ``copy`` of a prompt samples with under ``seed``: ``seed`` itself for
+    copy 0; for the others a 64-bit mix of both (splitmix64's finaliser), so that no two
+    copies, and no copy and a nearby seed of another request, share their draws."""
+    if copy == 0:
+        return seed
+    mask = (1 << 64) - 1
+    z = (seed + copy * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
 
 
 def _object(body: Any) -> dict:
@@ -145,8 +172,6 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad_request("model is required", "model")
-    if body.get("n", 1) not in (1, None):
-        raise bad_request("only n=1 is supported", "n")
     for name, unused in _UNSUPPORTED.items():
         if body.get(name) not in unused:
             raise bad_request(f"{name} is not supported by this server", name)
@@ -182,6 +207,7 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "stop": _stop(body.get("stop")),
         "stream": stream,
         "include_usage": include_usage,
+        "n": _positive_integer(body.get("n"), "n") or 1,
         "self_refine": self_refine,
     }
 

@@ -47,7 +47,7 @@ class Reply:
                 {"index": i, "text": o.text, "logprobs": None, "finish_reason": o.finish_reason}
                 for i, o in enumerate(outcomes)
             ]
-        return {**self._envelope(self.object, choices), "usage": usage(outcomes)}
+        return {**self._envelope(self.object, choices), "usage": usage(outcomes, self.call.n)}
 
     def chunk(
         self, index: int, text: str | None = None, finish_reason: str | None = None, role: bool = False
@@ -67,10 +67,12 @@ class Reply:
 
     def usage_chunk(self, outcomes: Sequence[Outcome]) -> dict:
         """The last chunk when `stream_options.include_usage` asked for it: no choices, the usage."""
-        return {**self._envelope(self.chunk_object, []), "usage": usage(outcomes)}
+        return {**self._envelope(self.chunk_object, []), "usage": usage(outcomes, self.call.n)}
 
 
-def usage(outcomes: Sequence[Outcome]) -> dict:
-    prompt = sum(o.num_input_tokens for o in outcomes)
+def usage(outcomes: Sequence[Outcome], n: int = 1) -> dict:
+    """Tokens of the reply: each prompt's once however many choices it has (``n`` copies
+    in a row, as OpenAI and vLLM count them), every choice's completion."""
+    prompt = sum(o.num_input_tokens for o in outcomes[::n])
     completion = sum(o.num_output_tokens for o in outcomes)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -21,7 +21,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from specbatch.openai.errors import OpenAIError, from_pipeline
-from specbatch.openai.requests import Call
+from specbatch.openai.requests import Call, copy_seed
 
 ROUTER_OUTPUTS = ("routed_task", "route_error")
 SCHEDULER_OUTPUTS = (
@@ -135,11 +135,13 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
         "temperature": (call.temperature, np.float32),
         "top_p": (call.top_p, np.float32),
         "top_k": (call.top_k, np.int32),
-        "random_seed": (call.seed, np.uint64),
     }
     for name, (value, dtype) in optional.items():
         if value is not None:
             arrays[name] = np.array([[value]], dtype=dtype)
+    if call.seed is not None:
+        seeds = [copy_seed(call.seed, index % call.n) for index in range(len(call.prompts))]
+        arrays["random_seed"] = np.array([seeds if call.n > 1 else seeds[:1]], dtype=np.uint64)
     if call.stop:
         arrays["stop_words"] = _strings(call.stop)
     if call.self_refine:

@@ -129,6 +129,33 @@ def test_a_seed_makes_a_sampled_completion_reproducible(client):
     assert sampled(11) != first
 
 
+def test_n_choices_sample_each_prompt_n_times_reproducibly_and_stream_by_index(client):
+    prompts = [INFOBENCH_PROMPT, SEA_PROMPT]
+    sampling = {"model": "specbatch", "max_tokens": 12, "temperature": 1.0, "seed": 7}
+    reply = client.completions.create(prompt=prompts, n=2, **sampling)
+    alone = [client.completions.create(prompt=prompt, **sampling) for prompt in prompts]
+
+    assert [c.index for c in reply.choices] == [0, 1, 2, 3]
+    # copy 0 of each prompt is the answer n = 1 gives; copy 1 samples on a seed of its own
+    assert [reply.choices[0].text, reply.choices[2].text] == [a.choices[0].text for a in alone]
+    assert reply.choices[1].text != reply.choices[0].text
+    assert reply.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    again = client.completions.create(prompt=prompts, n=2, **sampling)
+    assert [c.text for c in again.choices] == [c.text for c in reply.choices]
+
+    streamed: dict[int, str] = {}
+    for chunk in client.completions.create(prompt=prompts, n=2, stream=True, **sampling):
+        for choice in chunk.choices:
+            streamed[choice.index] = streamed.get(choice.index, "") + choice.text
+    assert [streamed[i] for i in range(4)] == [c.text for c in reply.choices]
+
+    chat = client.chat.completions.create(
+        model="specbatch", messages=[{"role": "user", "content": "Name three colours."}], n=3, max_tokens=8
+    )
+    assert [c.index for c in chat.choices] == [0, 1, 2]
+    assert len({c.message.content for c in chat.choices}) == 1, "greedy copies are one answer"
+
+
 def test_ignore_eos_runs_a_completion_to_max_tokens(client):
     plain = client.completions.create(model="specbatch", prompt=SEA_PROMPT, max_tokens=24)
     assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens < 24
@@ -193,7 +220,7 @@ def test_a_stop_string_ends_the_text_before_it(client):
     ("arguments", "param"),
     [
         ({"prompt": INFOBENCH_PROMPT, "max_tokens": 0}, "max_tokens"),
-        ({"prompt": INFOBENCH_PROMPT, "n": 2}, "n"),
+        ({"prompt": INFOBENCH_PROMPT, "n": 0}, "n"),
         ({"prompt": INFOBENCH_PROMPT, "temperature": -1}, "temperature"),
         ({"prompt": [1, 2, 3]}, "prompt"),
         ({"prompt": INFOBENCH_PROMPT, "logprobs": 2}, "logprobs"),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specbatch.openai.errors import OpenAIError, from_pipeline
-from specbatch.openai.requests import parse_chat, parse_completion
+from specbatch.openai.requests import copy_seed, parse_chat, parse_completion
 from specbatch.openai.responses import Reply
 from specbatch.openai.upstream import ROUTER_OUTPUTS, Outcome, scheduler_arrays, triton_datatype
 
@@ -60,7 +60,11 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"prompt": "x"}, "model"),
         ({"model": "m", "prompt": []}, "prompt"),
         ({"model": "m", "prompt": [[1, 2]]}, "prompt"),
-        ({"model": "m", "prompt": "x", "n": 3}, "n"),
+        ({"model": "m", "prompt": "x", "n": 0}, "n"),
+        ({"model": "m", "prompt": "x", "n": 1.5}, "n"),
+        ({"model": "m", "prompt": ["x", "y"], "n": 33}, "n"),
+        ({"model": "m", "prompt": ["x"] * 65}, "prompt"),
+        ({"model": "m", "prompt": "x", "best_of": 2}, "best_of"),
         ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"),
         ({"model": "m", "prompt": "x", "top_p": 0}, "top_p"),
         ({"model": "m", "prompt": "x", "temperature": 2.5}, "temperature"),
@@ -161,6 +165,30 @@ def test_usage_adds_every_choice_and_chunks_carry_null_usage_until_the_last():
     }
     assert reply.chunk(1, "t")["usage"] is None and reply.chunk(1, "t")["choices"][0]["index"] == 1
     assert reply.usage_chunk(outcomes)["choices"] == []
+
+
+def test_n_choices_run_each_prompt_n_times_each_copy_on_a_seed_of_its_own():
+    routed = {
+        "routed_task": np.array([[b"infobench"] * 6], dtype=np.object_),
+        "route_error": np.array([[b""] * 6], dtype=np.object_),
+    }
+    call = parse_completion({"model": "m", "prompt": ["a", "b"], "n": 3, "seed": 7, "temperature": 1.0})
+    assert call.prompts == ("a", "a", "a", "b", "b", "b") and call.n == 3
+    seeds = scheduler_arrays(call, routed)["random_seed"].tolist()[0]
+    assert seeds[0] == seeds[3] == 7, "copy 0 of each prompt samples as n = 1 would"
+    assert seeds[1:3] == seeds[4:6] == [copy_seed(7, 1), copy_seed(7, 2)]
+    assert len({7, copy_seed(7, 1), copy_seed(7, 2), copy_seed(8, 1)}) == 4
+    assert all(0 <= seed < 1 << 64 for seed in seeds)
+    unseeded = parse_chat({"model": "m", "messages": [{"role": "user", "content": "u"}], "n": 2})
+    assert unseeded.prompts == ("u", "u") and "random_seed" not in scheduler_arrays(unseeded, routed)
+    one = parse_completion({"model": "m", "prompt": "a", "seed": 7})
+    assert scheduler_arrays(one, routed)["random_seed"].tolist() == [[7]]
+
+    outcomes = [Outcome(t, "infobench", "length", "", 5 if t < "b" else 2, 4) for t in call.prompts]
+    reply = Reply(call).complete(outcomes)
+    assert [c["index"] for c in reply["choices"]] == list(range(6))
+    # each prompt's tokens once, every choice's completion
+    assert reply["usage"] == {"prompt_tokens": 7, "completion_tokens": 24, "total_tokens": 31}
 
 
 def config_inputs(path: Path) -> dict[str, str]:
