@@ -173,6 +173,15 @@ def test_ignore_eos_runs_a_completion_to_max_tokens(client):
     assert text.startswith(plain.choices[0].text) and len(text) > len(plain.choices[0].text)
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     assert chunks[-1].usage.completion_tokens == 24
+    # what load testers send for fixed lengths: a minimum the answer is bound to reach
+    fixed = client.completions.create(
+        model="specbatch", prompt=SEA_PROMPT, max_tokens=24, extra_body={"ignore_eos": True, "min_tokens": 24}
+    )
+    assert fixed.usage.completion_tokens == 24 and fixed.choices[0].text == text
+    with pytest.raises(openai.BadRequestError, match="min_tokens"):
+        client.completions.create(
+            model="specbatch", prompt=SEA_PROMPT, max_tokens=24, extra_body={"min_tokens": 24}
+        )
 
 
 def test_chat_routes_like_generate(client):

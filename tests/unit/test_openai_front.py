@@ -111,6 +111,23 @@ def test_clients_defaults_for_what_the_pipeline_lacks_are_accepted_and_top_k_is_
     assert parse_completion({"model": "m", "prompt": "x"}).top_k is None
 
 
+def test_min_tokens_is_accepted_only_where_every_answer_runs_to_max_tokens():
+    fixed = {"model": "m", "prompt": "x", "max_tokens": 64, "ignore_eos": True}
+    assert parse_completion({**fixed, "min_tokens": 64}).max_tokens == 64
+    assert parse_completion({**fixed, "min_tokens": 0, "ignore_eos": False, "stop": "\n"}).stop == ("\n",)
+    for changed in (
+        {"ignore_eos": False},  # an end of sequence would end the answer before 64 tokens
+        {"stop": "\n"},  # so would a stop string
+        {"max_tokens": 32},
+        {"max_tokens": None},
+        {"min_tokens": -1},
+        {"min_tokens": "64"},
+    ):
+        with pytest.raises(OpenAIError) as caught:
+            parse_completion({**fixed, "min_tokens": 64, **changed})
+        assert caught.value.body()["error"]["param"] == "min_tokens", changed
+
+
 def test_ignore_eos_is_honoured_and_reaches_the_scheduler_only_when_true():
     routed = {
         "routed_task": np.array([[b"infobench"]], dtype=np.object_),
