@@ -247,6 +247,11 @@ def test_a_prompt_the_pipeline_refuses_gets_a_400_with_its_reason(client):
         client.completions.create(model="specbatch", prompt="   ", max_tokens=4)
     with pytest.raises(openai.BadRequestError, match="prompt 1: prompt is empty"):
         client.completions.create(model="specbatch", prompt=[INFOBENCH_PROMPT, " "], max_tokens=4)
+    # a prompt of n choices is named once, by its place among the prompts
+    with pytest.raises(openai.BadRequestError, match=r"- prompt 1: prompt is empty$"):
+        client.completions.create(model="specbatch", prompt=[INFOBENCH_PROMPT, " "], n=3, max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match=r"- prompt is empty$"):
+        client.completions.create(model="specbatch", prompt=" ", n=2, max_tokens=4)
     with pytest.raises(openai.BadRequestError, match="last message"):
         client.chat.completions.create(model="specbatch", messages=[{"role": "assistant", "content": "x"}])
     with pytest.raises(openai.NotFoundError, match="does not exist"):
