@@ -39,6 +39,12 @@ class GenerationOptions:
     random_seed: int | None = None
     # run every answer to max_tokens through end-of-sequence: fixed lengths for load tests
     ignore_eos: bool | None = None
+    # neither end-of-sequence nor a stop string ends an answer before this many tokens
+    min_tokens: int | None = None
+
+
+# the options sent as inputs of the same name, one value for every prompt of the request
+OPTION_INPUTS = ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos", "min_tokens")
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ class SpecbatchClient:
 
     def _generate_http(self, prompts: list[str], options: GenerationOptions) -> list[Answer]:
         body: dict[str, object] = {"text_input": prompts}
-        for name in ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos"):
+        for name in OPTION_INPUTS:
             value = getattr(options, name)
             if value is not None:
                 body[name] = value
@@ -142,6 +148,7 @@ class SpecbatchClient:
             "top_k": (options.top_k, np.int32),
             "random_seed": (options.random_seed, np.uint64),
             "ignore_eos": (options.ignore_eos, np.bool_),
+            "min_tokens": (options.min_tokens, np.int32),
         }
         for name, (value, dtype) in scalars.items():
             if value is not None:

@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ignore-eos", action="store_true", default=None, help="run every answer to --max-tokens"
     )
+    parser.add_argument("--min-tokens", type=int, help="no answer ends before this many tokens")
     args = parser.parse_args(argv)
 
     prompts = list(args.prompts)
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         args.task,
         random_seed=args.seed,
         ignore_eos=args.ignore_eos,
+        min_tokens=args.min_tokens,
     )
     try:
         answers = client.generate(prompts, options)

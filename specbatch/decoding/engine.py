@@ -256,7 +256,9 @@ class Engine:
             mode=mode,
             tokens=list(prompt),
             prompt_length=len(prompt),
-            output=RowOutput(request.max_new_tokens, tuple(request.stop), request.ignore_eos),
+            output=RowOutput(
+                request.max_new_tokens, tuple(request.stop), request.ignore_eos, request.min_tokens
+            ),
             seed=seed,
             sink=sink,
             key=key,

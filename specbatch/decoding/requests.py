@@ -30,6 +30,9 @@ class GenerationRequest:
     # run to max_new_tokens through end-of-sequence tokens (vLLM's ignore_eos): a load
     # test's fixed output lengths; the tokens are still the model's own
     ignore_eos: bool = False
+    # neither end of sequence nor a stop string ends the row before this many tokens
+    # (vLLM's min_tokens); at most max_new_tokens
+    min_tokens: int = 0
 
 
 @dataclass
@@ -63,6 +66,12 @@ def check_sampling_settings(request: GenerationRequest) -> None:
         raise UnrunnableRequestError(f"top_p must be in (0, 1], got {request.top_p}")
     if isinstance(request.top_k, bool) or not isinstance(request.top_k, int) or request.top_k < 0:
         raise UnrunnableRequestError(f"top_k must be an integer >= 0 (0 = off), got {request.top_k!r}")
+    if isinstance(request.min_tokens, bool) or not isinstance(request.min_tokens, int):
+        raise UnrunnableRequestError(f"min_tokens must be an integer, got {request.min_tokens!r}")
+    if not 0 <= request.min_tokens <= request.max_new_tokens:
+        raise UnrunnableRequestError(
+            f"min_tokens must lie in [0, max_new_tokens={request.max_new_tokens}], got {request.min_tokens}"
+        )
     if isinstance(request.stop, str):
         raise UnrunnableRequestError("stop must be a sequence of strings, not a single string")
     if any(not isinstance(s, str) or not s for s in request.stop):

@@ -1,4 +1,4 @@
-"""Per-row stopping: end-of-sequence tokens, stop strings and the token budget."""
+"""Per-row stopping: end-of-sequence tokens, stop strings, the token budget and a minimum."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ class RowOutput:
     max_new_tokens: int
     stop: Sequence[str]
     ignore_eos: bool = False
+    min_tokens: int = 0
     tokens: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     text: str | None = None
@@ -23,7 +24,11 @@ class StopRules:
     step's new tokens.
 
     A stop string ends the row at the first token whose text completes it; the
-    returned text stops right before the stop string."""
+    returned text stops right before the stop string. Neither ends a row within its
+    first ``min_tokens`` tokens (vLLM's `min_tokens`): an end-of-sequence token there is
+    kept and decoding goes on, as under ``ignore_eos`` (vLLM masks it instead, which would
+    change the logits the draft and the target agree on), and only a stop string that a
+    later token completes counts."""
 
     def __init__(self, eos_token_ids: set[int], decode: Callable[[list[int]], str]) -> None:
         self.eos_token_ids = eos_token_ids
@@ -34,7 +39,7 @@ class StopRules:
         start = len(row.tokens)
         for token in new_tokens:
             row.tokens.append(token)
-            if token in self.eos_token_ids and not row.ignore_eos:
+            if token in self.eos_token_ids and not row.ignore_eos and len(row.tokens) > row.min_tokens:
                 row.finish_reason = "stop"
                 break
             if len(row.tokens) >= row.max_new_tokens:
@@ -45,11 +50,14 @@ class StopRules:
         return row.tokens[start:]
 
     def _apply_stop_strings(self, row: RowOutput, start: int) -> None:
-        if _first_stop(self.decode(row.tokens), row.stop) is None:
+        if len(row.tokens) <= row.min_tokens:
             return
-        for end in range(start + 1, len(row.tokens) + 1):
+        floor = len(self.decode(row.tokens[: row.min_tokens])) if row.min_tokens else 0
+        if _first_stop(self.decode(row.tokens), row.stop, floor) is None:
+            return
+        for end in range(max(start, row.min_tokens) + 1, len(row.tokens) + 1):
             text = self.decode(row.tokens[:end])
-            cut = _first_stop(text, row.stop)
+            cut = _first_stop(text, row.stop, floor)
             if cut is not None:
                 del row.tokens[end:]
                 row.finish_reason = "stop"
@@ -64,6 +72,9 @@ class StopRules:
             row.text = self.decode(row.tokens)
 
 
-def _first_stop(text: str, stops: Sequence[str]) -> int | None:
-    found = [index for index in (text.find(s) for s in stops) if index >= 0]
+def _first_stop(text: str, stops: Sequence[str], completed_after: int = 0) -> int | None:
+    """Where the first stop string in ``text`` that ends past character ``completed_after``
+    starts, or None."""
+    found = [text.find(s, max(0, completed_after - len(s) + 1)) for s in stops]
+    found = [index for index in found if index >= 0]
     return min(found) if found else None

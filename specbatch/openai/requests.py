@@ -8,10 +8,8 @@ other than text, vLLM's guided decoding), and the vLLM extensions `min_p` and
 send their defaults. vLLM's `top_k` extension is honoured (-1 or 0: off), and so is its
 `ignore_eos` (true: the answer runs to `max_tokens` through end-of-sequence tokens, the
 fixed output lengths load testers ask for, e.g. AIPerf's `--extra-inputs ignore_eos:true`).
-vLLM's `min_tokens` is accepted where the answer reaches it whatever the model says: with
-`ignore_eos` true, no stop string and `max_tokens` at least `min_tokens` (load testers
-send all three for fixed lengths); elsewhere it is refused, since nothing holds an
-end-of-sequence token or a stop string back before it.
+vLLM's `min_tokens` is honoured: neither end of sequence nor a stop string ends an answer
+before that many tokens (an end-of-sequence token there is kept and decoding goes on).
 `seed` is honoured as the pipeline's `random_seed`: a sampled prompt with a seed gives
 the same tokens in any batch (greedy decoding, temperature 0, does so without one).
 `n` choices per prompt run as that many copies of the prompt, the choices prompt by
@@ -77,6 +75,7 @@ class Call:
     top_k: int | None = None
     seed: int | None = None
     ignore_eos: bool = False
+    min_tokens: int = 0
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
@@ -199,18 +198,17 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
     ignore_eos = body.get("ignore_eos") or False
     if not isinstance(ignore_eos, bool):
         raise bad_request("ignore_eos must be true or false", "ignore_eos")
-    stop = _stop(body.get("stop"))
     max_tokens = _positive_integer(max_tokens, "max_tokens")
-    _check_min_tokens(body.get("min_tokens"), max_tokens, ignore_eos and not stop)
     return {
         "model": model,
         "max_tokens": max_tokens,
+        "min_tokens": _min_tokens(body.get("min_tokens"), max_tokens),
         "temperature": _number_within(body.get("temperature"), "temperature", 0.0, 2.0),
         "top_p": _number_within(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
         "top_k": _top_k(body.get("top_k")),
         "seed": _seed(body.get("seed")),
         "ignore_eos": ignore_eos,
-        "stop": stop,
+        "stop": _stop(body.get("stop")),
         "stream": stream,
         "include_usage": include_usage,
         "n": _positive_integer(body.get("n"), "n") or 1,
@@ -226,19 +224,16 @@ def _positive_integer(value: Any, name: str) -> int | None:
     return value
 
 
-def _check_min_tokens(value: Any, max_tokens: int | None, runs_to_max_tokens: bool) -> None:
-    """vLLM's `min_tokens`: 0 (or absent) is no minimum; a minimum is honoured only where
-    every answer runs to ``max_tokens`` (end of sequence ignored, no stop string) and
-    ``max_tokens`` reaches it."""
-    if value is None or value == 0:
-        return
+def _min_tokens(value: Any, max_tokens: int | None) -> int:
+    """vLLM's `min_tokens`: 0 (or absent) is no minimum; never above ``max_tokens`` (the
+    pipeline checks it against its default where the request sets none)."""
+    if value is None:
+        return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise bad_request("min_tokens must be a non-negative integer", "min_tokens")
-    if not runs_to_max_tokens or max_tokens is None or max_tokens < value:
-        raise bad_request(
-            "min_tokens is supported only with ignore_eos true, no stop and max_tokens >= min_tokens",
-            "min_tokens",
-        )
+    if max_tokens is not None and value > max_tokens:
+        raise bad_request(f"min_tokens={value} is more than max_tokens={max_tokens}", "min_tokens")
+    return value
 
 
 def _top_k(value: Any) -> int | None:

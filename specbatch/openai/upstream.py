@@ -135,6 +135,7 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
         "temperature": (call.temperature, np.float32),
         "top_p": (call.top_p, np.float32),
         "top_k": (call.top_k, np.int32),
+        "min_tokens": (call.min_tokens or None, np.int32),
     }
     for name, (value, dtype) in optional.items():
         if value is not None:

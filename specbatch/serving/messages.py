@@ -48,6 +48,7 @@ class RowWork:
     top_k: int = 0
     random_seed: int | None = None
     ignore_eos: bool = False
+    min_tokens: int = 0
     stop: tuple[str, ...] = ()
     stream: bool = False
     choices: tuple[str, ...] = ()

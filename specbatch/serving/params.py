@@ -36,6 +36,8 @@ class SamplingParams:
     random_seed: int | None = None
     # run to max_tokens through end-of-sequence (vLLM's ignore_eos): fixed output lengths
     ignore_eos: bool = False
+    # neither end of sequence nor a stop string ends it sooner (vLLM's min_tokens)
+    min_tokens: int = 0
 
 
 MAX_STOP_STRINGS = 16
@@ -131,6 +133,7 @@ def sampling_params(
     stop: tuple[str, ...] = (),
     random_seed: int | None = None,
     ignore_eos: bool | None = None,
+    min_tokens: int | None = None,
 ) -> SamplingParams:
     """Validate one prompt's parameters against the server's limits and fill defaults."""
     tokens = limits.default_max_tokens if max_tokens is None else int(max_tokens)
@@ -150,6 +153,9 @@ def sampling_params(
     seed = None if random_seed is None else int(random_seed)
     if seed is not None and not 0 <= seed < 1 << 64:
         raise PromptError(f"random_seed must lie in [0, 2**64), got {seed}")
+    least = 0 if min_tokens is None else int(min_tokens)
+    if not 0 <= least <= tokens:
+        raise PromptError(f"min_tokens must lie in [0, max_tokens={tokens}], got {least}")
     return SamplingParams(
         max_tokens=tokens,
         temperature=temp,
@@ -159,4 +165,5 @@ def sampling_params(
         stop=tuple(stop),
         random_seed=seed,
         ignore_eos=bool(ignore_eos),
+        min_tokens=least,
     )

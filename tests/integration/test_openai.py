@@ -173,14 +173,20 @@ def test_ignore_eos_runs_a_completion_to_max_tokens(client):
     assert text.startswith(plain.choices[0].text) and len(text) > len(plain.choices[0].text)
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     assert chunks[-1].usage.completion_tokens == 24
-    # what load testers send for fixed lengths: a minimum the answer is bound to reach
+    # what load testers send for fixed lengths
     fixed = client.completions.create(
         model="specbatch", prompt=SEA_PROMPT, max_tokens=24, extra_body={"ignore_eos": True, "min_tokens": 24}
     )
     assert fixed.usage.completion_tokens == 24 and fixed.choices[0].text == text
+    # vLLM's min_tokens alone: end of sequence does not end the answer before it
+    least = plain.usage.completion_tokens + 2
+    held = client.completions.create(
+        model="specbatch", prompt=SEA_PROMPT, max_tokens=24, extra_body={"min_tokens": least}
+    )
+    assert least <= held.usage.completion_tokens <= 24 and text.startswith(held.choices[0].text)
     with pytest.raises(openai.BadRequestError, match="min_tokens"):
         client.completions.create(
-            model="specbatch", prompt=SEA_PROMPT, max_tokens=24, extra_body={"min_tokens": 24}
+            model="specbatch", prompt=SEA_PROMPT, max_tokens=24, extra_body={"min_tokens": 25}
         )
 
 

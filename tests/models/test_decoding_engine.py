@@ -3,6 +3,7 @@ KV accounting, lookahead adaptation, choice scoring and pair loading."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import subprocess
@@ -121,6 +122,50 @@ def test_a_row_that_ignores_eos_runs_to_its_budget_beside_rows_that_stop(mode: s
         else:
             assert result.tokens == free_result.tokens[: free_result.tokens.index(eos) + 1]
             assert result.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("mode", ["speculative", "target_only"])
+def test_min_tokens_keeps_end_of_sequence_from_ending_a_row_before_it(mode: str, pair) -> None:
+    rows, reference, stopping, eos = free_run_and_a_pair_that_stops(pair)
+    first_eos = reference[0].tokens.index(eos) + 1  # the token count at row 0's first end
+    least = [first_eos + 2, 0] * (len(rows) // 2) + [first_eos + 2] * (len(rows) % 2)
+    results = Engine(stopping, lookahead=4).generate(
+        [GenerationRequest(p, max_new_tokens=30, min_tokens=m) for p, m in zip(rows, least, strict=True)],
+        mode=mode,
+    )
+    assert first_eos < 30
+    for free_result, result, minimum in zip(reference, results, least, strict=True):
+        ends = [i + 1 for i, token in enumerate(free_result.tokens) if token == eos and i + 1 > minimum]
+        if ends:
+            assert result.tokens == free_result.tokens[: ends[0]], "the target's own tokens"
+            assert result.finish_reason == "stop"
+        else:
+            assert result.tokens == free_result.tokens and result.finish_reason == "length"
+    assert results[0].num_output_tokens > first_eos, "row 0 ran past its first end of sequence"
+
+
+def test_a_stop_string_completed_within_min_tokens_does_not_end_the_row() -> None:
+    pair = make_pair("same", dtype=torch.float64)
+    engine = Engine(pair, lookahead=3)
+    prompt = [40, 41, 42]
+    free = engine.generate([GenerationRequest(prompt, max_new_tokens=24)], mode="target_only")[0]
+    decode = functools.partial(pair.tokenizer.decode, skip_special_tokens=True)
+    full_text = decode(free.tokens)
+    # a stop string the text holds once, completed by token `completed` of 24
+    stop = next(
+        full_text[i : i + 3] for i in range(len(full_text) // 3) if full_text.count(full_text[i : i + 3]) == 1
+    )
+    completed = next(k for k in range(1, 25) if stop in decode(free.tokens[:k]))
+    for mode in ("speculative", "target_only"):
+        held = engine.generate(
+            [GenerationRequest(prompt, max_new_tokens=24, stop=[stop], min_tokens=completed)], mode=mode
+        )[0]
+        assert (held.finish_reason, held.tokens) == ("length", free.tokens)
+        assert stop in held.text
+        cut = engine.generate(
+            [GenerationRequest(prompt, max_new_tokens=24, stop=[stop], min_tokens=completed - 1)], mode=mode
+        )[0]
+        assert cut.finish_reason == "stop" and cut.text == full_text[: full_text.index(stop)]
 
 
 def test_stop_strings_end_the_row_and_are_not_in_the_text() -> None:

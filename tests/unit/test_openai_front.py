@@ -72,7 +72,9 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
         ({"model": "m", "prompt": "x", "echo": True}, "echo"),
         ({"model": "m", "prompt": "x", "ignore_eos": "true"}, "ignore_eos"),
-        ({"model": "m", "prompt": "x", "min_tokens": 4}, "min_tokens"),
+        ({"model": "m", "prompt": "x", "min_tokens": -1}, "min_tokens"),
+        ({"model": "m", "prompt": "x", "min_tokens": 9, "max_tokens": 8}, "min_tokens"),
+        ({"model": "m", "prompt": "x", "min_tokens": 2.0}, "min_tokens"),
         ({"model": "m", "prompt": "x", "self_refine": "yes"}, "self_refine"),
         ({"model": "m", "prompt": "x", "frequency_penalty": 0.5}, "frequency_penalty"),
         ({"model": "m", "prompt": "x", "presence_penalty": -1}, "presence_penalty"),
@@ -111,21 +113,16 @@ def test_clients_defaults_for_what_the_pipeline_lacks_are_accepted_and_top_k_is_
     assert parse_completion({"model": "m", "prompt": "x"}).top_k is None
 
 
-def test_min_tokens_is_accepted_only_where_every_answer_runs_to_max_tokens():
-    fixed = {"model": "m", "prompt": "x", "max_tokens": 64, "ignore_eos": True}
-    assert parse_completion({**fixed, "min_tokens": 64}).max_tokens == 64
-    assert parse_completion({**fixed, "min_tokens": 0, "ignore_eos": False, "stop": "\n"}).stop == ("\n",)
-    for changed in (
-        {"ignore_eos": False},  # an end of sequence would end the answer before 64 tokens
-        {"stop": "\n"},  # so would a stop string
-        {"max_tokens": 32},
-        {"max_tokens": None},
-        {"min_tokens": -1},
-        {"min_tokens": "64"},
-    ):
-        with pytest.raises(OpenAIError) as caught:
-            parse_completion({**fixed, "min_tokens": 64, **changed})
-        assert caught.value.body()["error"]["param"] == "min_tokens", changed
+def test_min_tokens_reaches_the_scheduler_only_when_set():
+    routed = {
+        "routed_task": np.array([[b"infobench"]], dtype=np.object_),
+        "route_error": np.array([[b""]], dtype=np.object_),
+    }
+    call = parse_completion({"model": "m", "prompt": "x", "max_tokens": 64, "min_tokens": 48, "stop": "\n"})
+    assert call.min_tokens == 48 and scheduler_arrays(call, routed)["min_tokens"].tolist() == [[48]]
+    for body in ({}, {"min_tokens": 0}):
+        unset = parse_completion({"model": "m", "prompt": "x", **body})
+        assert unset.min_tokens == 0 and "min_tokens" not in scheduler_arrays(unset, routed)
 
 
 def test_ignore_eos_is_honoured_and_reaches_the_scheduler_only_when_true():
@@ -237,6 +234,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
             "self_refine": True,
             "seed": -1,
             "ignore_eos": True,
+            "min_tokens": 2,
         }
     )
     routed = {

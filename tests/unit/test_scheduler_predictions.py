@@ -114,6 +114,13 @@ def test_a_prompt_that_ignores_eos_is_queued_at_its_max_tokens():
     started = {work.row: work for work in instance.runs[-1].rows}
     assert sorted(work.ignore_eos for work in started.values()) == [False, True]
 
+    core.submit(
+        RoutedRequest(prompts=(INFOBENCH,), tasks=("infobench",), max_tokens=[48], min_tokens=[40]),
+        RecordingReply(),
+    )
+    assert policy.predicted[-1] == 40, "nothing ends it before its min_tokens"
+    assert instance.runs[-1].rows[-1].min_tokens == 40
+
 
 def test_rows_that_ended_by_themselves_do():
     seen = answer_every_request(max_tokens=64, produced=5, finish_reason="stop", times=20)

@@ -23,6 +23,7 @@ def test_defaults_fill_what_the_client_left_out():
     assert params.random_seed is None, "no seed: each sampled row draws afresh"
     assert not params.ignore_eos, "a row stops at end-of-sequence unless told otherwise"
     assert sampling_params(LIMITS, ignore_eos=True).ignore_eos
+    assert params.min_tokens == 0 and sampling_params(LIMITS, max_tokens=30, min_tokens=30).min_tokens == 30
 
 
 def test_a_seed_of_64_bits_is_kept_as_sent():
@@ -37,6 +38,8 @@ def test_a_seed_of_64_bits_is_kept_as_sent():
         ({"max_tokens": -3}, "positive"),
         ({"max_tokens": 101}, "cap of 100"),
         ({"temperature": -0.1}, "temperature"),
+        ({"min_tokens": 21}, r"min_tokens must lie in \[0, max_tokens=20\]"),
+        ({"min_tokens": -1}, "min_tokens"),
         ({"temperature": math.nan}, "temperature"),
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),

@@ -31,6 +31,7 @@ COLUMNS = (
     "top_k",
     "random_seed",
     "ignore_eos",
+    "min_tokens",
     "chat",
     "enable_thinking",
     "chat_history",

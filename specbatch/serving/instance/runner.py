@@ -130,6 +130,7 @@ class InstanceRunner:
                 top_k=work.top_k,
                 seed=work.random_seed,
                 ignore_eos=work.ignore_eos,
+                min_tokens=work.min_tokens,
                 stop=work.stop,
                 deadline=deadline,
             )

@@ -182,7 +182,8 @@ class SchedulerCore:
             record.predicted_tokens = record.sampling.max_tokens  # no end-of-sequence ends it sooner
         elif record.kind == GENERATE:
             predicted = self._predictor.predict(record.prepared.source, record.task)
-            record.predicted_tokens = max(1, min(predicted, record.sampling.max_tokens))
+            least = max(1, record.sampling.min_tokens)  # nothing ends it sooner
+            record.predicted_tokens = max(least, min(predicted, record.sampling.max_tokens))
         elif record.kind == ROUTE:
             record.predicted_tokens = self._settings.fallback_tokens
         else:
@@ -410,6 +411,7 @@ class SchedulerCore:
             top_k=sampling.top_k,
             random_seed=sampling.random_seed,
             ignore_eos=sampling.ignore_eos,
+            min_tokens=sampling.min_tokens,
             stop=sampling.stop,
             stream=sampling.stream and not record.refines_next,  # a first answer is not the answer
             seconds_left=seconds_left,

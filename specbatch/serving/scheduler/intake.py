@@ -45,6 +45,7 @@ class RoutedRequest:
     top_k: Sequence[int] | None = None
     random_seed: Sequence[int] | None = None
     ignore_eos: Sequence[bool] | None = None
+    min_tokens: Sequence[int] | None = None
     stream: bool = False
     timeout_s: float | None = None
     chat: Sequence[bool] | None = None
@@ -88,7 +89,15 @@ class RequestIntake:
             )
         columns = {
             name: broadcast(getattr(request, name), count, name)
-            for name in ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos")
+            for name in (
+                "max_tokens",
+                "temperature",
+                "top_p",
+                "top_k",
+                "random_seed",
+                "ignore_eos",
+                "min_tokens",
+            )
         }
         route_errors = (
             broadcast(request.route_errors, count, "route_error") if request.route_errors else [""] * count
