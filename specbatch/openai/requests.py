@@ -135,8 +135,9 @@ def _copies(prompts: list[str], n: int) -> tuple[str, ...]:
 
 def copy_seed(seed: int, copy: int) -> int:
     """The seed copy ``copy`` of a prompt samples with under ``seed``: ``seed`` itself for
-    copy 0; for the others a 64-bit mix of both (splitmix64's finaliser), so that no two
-    copies, and no copy and a nearby seed of another request, share their draws."""
+    copy 0; for the others a 64-bit mix of both (splitmix64's finaliser), so that copies
+    do not share their draws with each other or, as ``seed + copy`` would, with another
+    request sent the next seed."""
     if copy == 0:
         return seed
     mask = (1 << 64) - 1
