@@ -140,8 +140,9 @@ async def _stream(
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         try:
-            if call.kind == "chat":
-                await _send(response, reply.chunk(0, "", role=True))
+            if call.kind == "chat":  # every choice's role first, as OpenAI and vLLM send it
+                for index in range(len(call.prompts)):
+                    await _send(response, reply.chunk(index, "", role=True))
             while isinstance(event, Delta):
                 await _send(response, reply.chunk(event.index, event.text))
                 event = await anext(events)

@@ -154,6 +154,22 @@ def test_n_choices_sample_each_prompt_n_times_reproducibly_and_stream_by_index(c
     )
     assert [c.index for c in chat.choices] == [0, 1, 2]
     assert len({c.message.content for c in chat.choices}) == 1, "greedy copies are one answer"
+    roles: dict[int, str] = {}
+    texts: dict[int, str] = {}
+    for chunk in client.chat.completions.create(
+        model="specbatch",
+        messages=[{"role": "user", "content": "Name three colours."}],
+        n=3,
+        max_tokens=8,
+        stream=True,
+    ):
+        for choice in chunk.choices:
+            if choice.delta.role:
+                assert choice.index not in texts, "a choice's role comes before its text"
+                roles[choice.index] = choice.delta.role
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    assert roles == dict.fromkeys(range(3), "assistant")
+    assert [texts[i] for i in range(3)] == [c.message.content for c in chat.choices]
 
 
 def test_ignore_eos_runs_a_completion_to_max_tokens(client):
