@@ -26,9 +26,10 @@ class StopRules:
     A stop string ends the row at the first token whose text completes it; the
     returned text stops right before the stop string. Neither ends a row within its
     first ``min_tokens`` tokens (vLLM's `min_tokens`): an end-of-sequence token there is
-    kept and decoding goes on, as under ``ignore_eos`` (vLLM masks it instead, which would
-    change the logits the draft and the target agree on), and only a stop string that a
-    later token completes counts."""
+    kept and decoding goes on, as under ``ignore_eos`` (vLLM masks it instead; here a mask
+    would have to reach the draft's and the target's logits alike at every speculated
+    position to keep the output exact), and only a stop string that a later token
+    completes counts."""
 
     def __init__(self, eos_token_ids: set[int], decode: Callable[[list[int]], str]) -> None:
         self.eos_token_ids = eos_token_ids
