@@ -14,7 +14,7 @@ from specbatch.serving.framing import socket_path
 from specbatch.serving.params import RequestError
 from specbatch.serving.scheduler.core import Overloaded, ShuttingDown
 from specbatch.serving.scheduler.hub import InstanceHub
-from specbatch.serving.scheduler.intake import RoutedRequest
+from specbatch.serving.scheduler.intake import CHAT_COLUMNS, SAMPLING_COLUMNS, RoutedRequest
 from specbatch.serving.scheduler.loop import SchedulerLoop
 from specbatch.serving.scheduler.setup import build_core, build_sla
 from specbatch.serving.settings import ModelSettings, root_of_repository
@@ -24,20 +24,7 @@ from specbatch.triton.scheduler_metrics import SchedulerMetrics
 from specbatch.triton.strings import texts
 from specbatch.triton.tensors import FINAL, error_response, optional_array, required_array
 
-COLUMNS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "random_seed",
-    "ignore_eos",
-    "min_tokens",
-    "chat",
-    "enable_thinking",
-    "chat_history",
-    "stop_words",
-    "self_refine",
-)
+COLUMNS = (*SAMPLING_COLUMNS, *CHAT_COLUMNS, "stop_words", "self_refine")
 
 
 class TritonPythonModel:

@@ -30,6 +30,9 @@ from specbatch.serving.target_text import TargetText
 
 MAX_PROMPTS_PER_REQUEST = 64
 MAX_PROMPT_BYTES = 1 << 20
+# per-prompt inputs ([1] or [N]): the sampling parameters, then the chat format
+SAMPLING_COLUMNS = ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos", "min_tokens")
+CHAT_COLUMNS = ("chat", "enable_thinking", "chat_history")
 
 
 @dataclass(frozen=True)
@@ -87,25 +90,11 @@ class RequestIntake:
             raise RequestError(
                 f"text_input holds {count} prompts; at most {MAX_PROMPTS_PER_REQUEST} per request"
             )
-        columns = {
-            name: broadcast(getattr(request, name), count, name)
-            for name in (
-                "max_tokens",
-                "temperature",
-                "top_p",
-                "top_k",
-                "random_seed",
-                "ignore_eos",
-                "min_tokens",
-            )
-        }
+        columns = {name: broadcast(getattr(request, name), count, name) for name in SAMPLING_COLUMNS}
         route_errors = (
             broadcast(request.route_errors, count, "route_error") if request.route_errors else [""] * count
         )
-        chat_columns = {
-            name: broadcast(getattr(request, name), count, name)
-            for name in ("chat", "enable_thinking", "chat_history")
-        }
+        chat_columns = {name: broadcast(getattr(request, name), count, name) for name in CHAT_COLUMNS}
         refine = broadcast(request.self_refine, count, "self_refine") or [False] * count
         stop = decode_stop_words(request.stop_words)
         tasks = broadcast(request.tasks, count, "task")
