@@ -17,6 +17,9 @@ class RowOutput:
     tokens: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     text: str | None = None
+    # characters of the text of the first min_tokens tokens, once they are made: a stop
+    # string counts only where it ends past them (they never change after)
+    min_tokens_chars: int | None = None
 
 
 class StopRules:
@@ -53,7 +56,9 @@ class StopRules:
     def _apply_stop_strings(self, row: RowOutput, start: int) -> None:
         if len(row.tokens) <= row.min_tokens:
             return
-        floor = len(self.decode(row.tokens[: row.min_tokens])) if row.min_tokens else 0
+        if row.min_tokens_chars is None:
+            row.min_tokens_chars = len(self.decode(row.tokens[: row.min_tokens])) if row.min_tokens else 0
+        floor = row.min_tokens_chars
         if _first_stop(self.decode(row.tokens), row.stop, floor) is None:
             return
         for end in range(max(start, row.min_tokens) + 1, len(row.tokens) + 1):
