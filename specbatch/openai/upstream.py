@@ -79,7 +79,8 @@ class TritonUpstream:
         Leaving the iteration early (a client gone, a cancelled task) cancels the
         scheduler's stream, which drops the request's rows at the next decode step.
         """
-        routed = await self._route(call.prompts)
+        routed = await self._route(call.prompts[:: call.n])  # each prompt once, not per choice
+        routed = {name: np.repeat(array, call.n, axis=1) for name, array in routed.items()}
         responses = self._client.stream_infer(_one(self._scheduler_request(call, routed)))
         finished = False
         try:
