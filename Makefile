@@ -69,6 +69,7 @@ bench: setup
 	$(BIN)/python scripts/bench_host_memory.py --rounds 2 --out results/bench_host_memory.json
 	$(BIN)/python scripts/bench_prefix.py --quick --out results/bench_prefix.json
 	$(BIN)/python scripts/bench_prefix_serving.py --quick --out results/bench_prefix_serving.json
+	$(BIN)/python scripts/bench_sampling_options.py --out results/bench_sampling_options.json --plot results/bench_sampling_options.png
 	$(BIN)/python scripts/bench_lookahead.py --quick --out results/bench_lookahead.json
 	$(BIN)/python scripts/bench_gpu.py --device cpu --quick --out results/bench_gpu.json
 	$(BIN)/python scripts/bench_routing.py --out results/bench_routing.json

@@ -35,16 +35,40 @@ class GenerationOptions:
     top_p: float | None = None
     top_k: int | None = None
     task: str | None = None
+    # drop tokens less likely than this share of the likeliest (vLLM's min_p; 0: off)
+    min_p: float | None = None
     # a sampled prompt with a seed gives the same tokens on every call, in any batch
     random_seed: int | None = None
     # run every answer to max_tokens through end-of-sequence: fixed lengths for load tests
     ignore_eos: bool | None = None
     # neither end-of-sequence nor a stop string ends an answer before this many tokens
     min_tokens: int | None = None
+    # each generated token's log-probability under the target and this many alternatives
+    # (0-20) in Answer.token_logprobs
+    logprobs: int | None = None
+    # vLLM's penalties: on tokens already in the output (presence, frequency; -2 to 2) and
+    # in the prompt or the output (repetition; > 1 discourages them)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
 
 
-# the options sent as inputs of the same name, one value for every prompt of the request
-OPTION_INPUTS = ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos", "min_tokens")
+# the options sent as inputs of the same name, one value for every prompt of the request,
+# with the tensor type gRPC sends each as
+OPTION_INPUTS = {
+    "max_tokens": np.int32,
+    "temperature": np.float32,
+    "top_p": np.float32,
+    "top_k": np.int32,
+    "min_p": np.float32,
+    "random_seed": np.uint64,
+    "ignore_eos": np.bool_,
+    "min_tokens": np.int32,
+    "logprobs": np.int32,
+    "presence_penalty": np.float32,
+    "frequency_penalty": np.float32,
+    "repetition_penalty": np.float32,
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +85,9 @@ class Answer:
     acceptance_rate: float
     error: str = ""
     model_instance: str = ""  # the qwen3_specdec instance that ran it ("" when none did)
+    # with GenerationOptions.logprobs, per generated token {"id", "token", "logprob",
+    # "top_logprobs": [{"id", "token", "logprob"}, ...]}; None for an answer not generated
+    token_logprobs: list[dict] | None = None
 
 
 def _as_list(value: object) -> list:
@@ -79,6 +106,7 @@ def answers_from_columns(columns: dict[str, list]) -> list[Answer]:
     rates = column("acceptance_rate", 0.0)
     counters = {name: column(name, 0) for name in _COUNTERS}
     instances = column("model_instance", "")
+    logprobs = [json.loads(text) if text else None for text in column("token_logprobs", "")]
     return [
         Answer(
             text=texts[i],
@@ -87,6 +115,7 @@ def answers_from_columns(columns: dict[str, list]) -> list[Answer]:
             error=errors[i],
             acceptance_rate=float(rates[i]),
             model_instance=instances[i],
+            token_logprobs=logprobs[i],
             **{name: int(counters[name][i]) for name in _COUNTERS},
         )
         for i in range(count)
@@ -141,17 +170,8 @@ class SpecbatchClient:
         inputs = [
             _grpc_input(grpcclient, "text_input", np.array([[p.encode() for p in prompts]], dtype=np.object_))
         ]
-        scalars = {
-            "max_tokens": (options.max_tokens, np.int32),
-            "temperature": (options.temperature, np.float32),
-            "top_p": (options.top_p, np.float32),
-            "top_k": (options.top_k, np.int32),
-            "random_seed": (options.random_seed, np.uint64),
-            "ignore_eos": (options.ignore_eos, np.bool_),
-            "min_tokens": (options.min_tokens, np.int32),
-        }
-        for name, (value, dtype) in scalars.items():
-            if value is not None:
+        for name, dtype in OPTION_INPUTS.items():
+            if (value := getattr(options, name)) is not None:
                 inputs.append(_grpc_input(grpcclient, name, np.array([[value]], dtype=dtype)))
         if options.task is not None:
             inputs.append(

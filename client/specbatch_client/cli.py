@@ -21,12 +21,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float)
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--top-k", type=int)
+    parser.add_argument("--min-p", type=float, help="drop tokens under this share of the likeliest")
     parser.add_argument("--task", choices=("graph", "mmlu", "infobench"), help="skip routing")
     parser.add_argument("--seed", type=int, help="random_seed: a sampled answer the same on every call")
     parser.add_argument(
         "--ignore-eos", action="store_true", default=None, help="run every answer to --max-tokens"
     )
     parser.add_argument("--min-tokens", type=int, help="no answer ends before this many tokens")
+    parser.add_argument(
+        "--logprobs", type=int, help="print each token's log-probability and this many alternatives"
+    )
+    parser.add_argument("--presence-penalty", type=float, help="on tokens already in the answer (-2 to 2)")
+    parser.add_argument("--frequency-penalty", type=float, help="per occurrence in the answer (-2 to 2)")
+    parser.add_argument("--repetition-penalty", type=float, help="on prompt and answer tokens (> 1: fewer)")
     args = parser.parse_args(argv)
 
     prompts = list(args.prompts)
@@ -44,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         random_seed=args.seed,
         ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens,
+        logprobs=args.logprobs,
+        min_p=args.min_p,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        repetition_penalty=args.repetition_penalty,
     )
     try:
         answers = client.generate(prompts, options)
@@ -57,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             f"acceptance={answer.acceptance_rate:.2f}"
         )
         print((answer.error and f"error: {answer.error}") or answer.text)
+        for entry in answer.token_logprobs or ():
+            others = " ".join(f"{a['token']!r}:{a['logprob']:.3f}" for a in entry["top_logprobs"])
+            print(f"  {entry['token']!r} {entry['logprob']:.3f}  {others}".rstrip())
     return 0 if all(not a.error for a in answers) else 2
 
 

@@ -257,7 +257,12 @@ class Engine:
             tokens=list(prompt),
             prompt_length=len(prompt),
             output=RowOutput(
-                request.max_new_tokens, tuple(request.stop), request.ignore_eos, request.min_tokens
+                request.max_new_tokens,
+                tuple(request.stop),
+                request.ignore_eos,
+                request.min_tokens,
+                frozenset(request.stop_token_ids),
+                logprobs=None if request.logprobs is None else [],
             ),
             seed=seed,
             sink=sink,
@@ -354,6 +359,15 @@ class Engine:
                 )
         if not ids:
             raise UnrunnableRequestError("the prompt is empty")
+        for name, tokens in (
+            ("stop_token_ids", request.stop_token_ids),
+            ("logit_bias", [token for token, _ in request.logit_bias]),
+        ):
+            unknown = [t for t in tokens if not 0 <= t < self.pair.vocab_size]
+            if unknown:
+                raise UnrunnableRequestError(
+                    f"{name}: token ids out of this model's range [0, {self.pair.vocab_size}): {unknown[:5]}"
+                )
         total = len(ids) + request.max_new_tokens
         if total > self.pair.max_context:
             raise UnrunnableRequestError(
@@ -689,7 +703,8 @@ class Engine:
         by_sink: dict[int, tuple[RowSink, dict[int, list[int]]]] = {}
         done: list[Row] = []
         for row, tokens in committed.items():
-            kept = self._stop_rules.extend(row.output, tokens)
+            kept = self._stop_rules.extend(row.output, tokens, row.new_logprobs)
+            row.new_logprobs = []
             row.tokens.extend(kept)
             self.prefixes.record(row)
             if kept:

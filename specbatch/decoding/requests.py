@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specbatch import acceptance
+from specbatch.logprobs import MAX_LOGPROBS, TokenLogprob
 
 
 class UnrunnableRequestError(ValueError):
@@ -33,6 +34,27 @@ class GenerationRequest:
     # neither end of sequence nor a stop string ends the row before this many tokens
     # (vLLM's min_tokens); at most max_new_tokens
     min_tokens: int = 0
+    # vLLM's penalties (presence and frequency on the output, repetition on prompt and
+    # output): 0, 0 and 1 leave the logits alone
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    # report each output token's log-probability and this many most likely alternatives
+    # (vLLM's logprobs; None: report none), up to MAX_LOGPROBS
+    logprobs: int | None = None
+    # drop the tokens less likely than min_p times the likeliest (vLLM's min_p; 0: off)
+    min_p: float = 0.0
+    # (token id, value) pairs added to those tokens' logits before sampling (OpenAI's
+    # logit_bias), draft and target alike
+    logit_bias: Sequence[tuple[int, float]] = ()
+    # token ids that end the row as its end-of-sequence token does (vLLM's stop_token_ids),
+    # whether or not it ignores end of sequence
+    stop_token_ids: Sequence[int] = ()
+
+    @property
+    def penalties(self) -> tuple[float, float, float]:
+        """(presence, frequency, repetition), as a step gathers them."""
+        return (float(self.presence_penalty), float(self.frequency_penalty), float(self.repetition_penalty))
 
 
 @dataclass
@@ -46,6 +68,7 @@ class GenerationResult:
     total_accepted_draft_tokens: int = 0
     error: str = ""
     preemptions: int = 0
+    logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked
 
     @property
     def acceptance_rate(self) -> float:
@@ -64,6 +87,9 @@ def check_sampling_settings(request: GenerationRequest) -> None:
     top_p = float(request.top_p)
     if math.isnan(top_p) or not 0 < top_p <= 1:
         raise UnrunnableRequestError(f"top_p must be in (0, 1], got {request.top_p}")
+    min_p = float(request.min_p)
+    if math.isnan(min_p) or not 0 <= min_p <= 1:
+        raise UnrunnableRequestError(f"min_p must be in [0, 1], got {request.min_p}")
     if isinstance(request.top_k, bool) or not isinstance(request.top_k, int) or request.top_k < 0:
         raise UnrunnableRequestError(f"top_k must be an integer >= 0 (0 = off), got {request.top_k!r}")
     if isinstance(request.min_tokens, bool) or not isinstance(request.min_tokens, int):
@@ -72,7 +98,31 @@ def check_sampling_settings(request: GenerationRequest) -> None:
         raise UnrunnableRequestError(
             f"min_tokens must lie in [0, max_new_tokens={request.max_new_tokens}], got {request.min_tokens}"
         )
+    presence, frequency, repetition = request.penalties
+    if not (math.isfinite(presence) and math.isfinite(frequency)):
+        raise UnrunnableRequestError(
+            f"presence_penalty and frequency_penalty must be finite, got {presence} and {frequency}"
+        )
+    if not (math.isfinite(repetition) and repetition > 0):
+        raise UnrunnableRequestError(f"repetition_penalty must be a number > 0, got {repetition}")
+    if request.logprobs is not None and (
+        isinstance(request.logprobs, bool)
+        or not isinstance(request.logprobs, int)
+        or not 0 <= request.logprobs <= MAX_LOGPROBS
+    ):
+        raise UnrunnableRequestError(
+            f"logprobs must be an integer in [0, {MAX_LOGPROBS}] (or None), got {request.logprobs!r}"
+        )
     if isinstance(request.stop, str):
         raise UnrunnableRequestError("stop must be a sequence of strings, not a single string")
     if any(not isinstance(s, str) or not s for s in request.stop):
         raise UnrunnableRequestError("stop strings must be non-empty strings")
+    if any(
+        isinstance(token, bool) or not isinstance(token, int) or not math.isfinite(float(value))
+        for token, value in request.logit_bias
+    ):
+        raise UnrunnableRequestError(
+            f"logit_bias must pair token ids with finite numbers, got {request.logit_bias!r}"
+        )
+    if any(isinstance(t, bool) or not isinstance(t, int) for t in request.stop_token_ids):
+        raise UnrunnableRequestError(f"stop_token_ids must be integers, got {list(request.stop_token_ids)!r}")

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from specbatch.decoding.requests import GenerationRequest, GenerationResult
 from specbatch.decoding.stopping import RowOutput
+from specbatch.logprobs import TokenLogprob
 
 MODES = ("speculative", "target_only", "draft_only")
 
@@ -91,6 +92,9 @@ class Row:
     draft_wanted: bool = False
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: bool = False
+    # the log-probabilities of the tokens the last step committed, for a row that
+    # reports them (the runner writes them, delivery takes them)
+    new_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     @property
     def greedy(self) -> bool:
@@ -150,6 +154,7 @@ class Row:
             total_draft_tokens=self.drafted,
             total_accepted_draft_tokens=self.accepted,
             preemptions=self.preemptions,
+            logprobs=None if out.logprobs is None else list(out.logprobs),
         )
 
 

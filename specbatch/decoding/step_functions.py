@@ -22,7 +22,19 @@ from specbatch.decoding import counter_random
 from specbatch.decoding.attention import Attention
 from specbatch.decoding.kv_blocks import KVStore
 from specbatch.decoding.models import Geometry, ModelWeights, hidden_states, project_logits
-from specbatch.decoding.sampling import SamplingFeatures, SamplingTensors, draw, gumbel_argmax, probabilities
+from specbatch.decoding.sampling import (
+    LogitBias,
+    PenaltyTensors,
+    SamplingFeatures,
+    SamplingTensors,
+    biased,
+    counts_before,
+    draw,
+    gumbel_argmax,
+    penalized,
+    probabilities,
+    token_logprobs,
+)
 from specbatch.decoding.speculative import DraftVerdict, verify, verify_coupled
 
 
@@ -53,11 +65,24 @@ class Feed:
 
 @dataclass(frozen=True)
 class Draws:
-    """Per-row sampling settings and random-stream keys [B]."""
+    """Per-row sampling settings and random-stream keys [B], the penalties' inputs when
+    some row has a penalty and the logit biases when some row has one."""
 
     params: SamplingTensors
     seeds: torch.Tensor
     coupled: torch.Tensor
+    penalties: PenaltyTensors | None = None
+    logit_bias: LogitBias | None = None
+
+
+def _adjusted(logits: torch.Tensor, draws: Draws, features: SamplingFeatures, counts) -> torch.Tensor:
+    """The logits a row samples from: its logit bias added, then its penalties (which
+    read ``counts()``, the occurrences each position adds to the output so far)."""
+    if features.logit_bias:
+        logits = biased(logits, draws.logit_bias)
+    if features.penalties:
+        logits = penalized(logits, draws.penalties, counts(), features.repetition)
+    return logits
 
 
 def _hidden(net: Network, feed: Feed) -> torch.Tensor:
@@ -88,11 +113,21 @@ def sample_step(
     features: SamplingFeatures,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Feed, then draw one token per row from the logits at time index ``logits_index``
-    [B, 1] for the token at ``draw_position`` [B]; returns (tokens [B], distributions
-    [B, V])."""
+    [B, 1] (biased and penalized where a row asks) for the token at ``draw_position`` [B];
+    returns (tokens [B], distributions [B, V]), and where ``features.logprobs`` asks, the
+    tokens' log-probabilities [B] and the top alternatives' values and ids [B, A]."""
     logits = project_logits(net.weights, net.geometry, _hidden(net, feed), logits_index)[..., : net.vocab]
-    probs = probabilities(logits, draws.params, features)[:, 0]
-    return draw(probs, draws.seeds, draws.coupled, draw_position, purpose, features), probs
+
+    def counts() -> torch.Tensor:
+        earlier = draws.penalties.step_tokens
+        return counts_before(earlier, earlier.shape[1], 1, net.vocab)
+
+    probs = probabilities(_adjusted(logits, draws, features, counts), draws.params, features)[:, 0]
+    tokens = draw(probs, draws.seeds, draws.coupled, draw_position, purpose, features)
+    if features.logprobs is None:
+        return tokens, probs
+    chosen, top_values, top_ids = token_logprobs(logits, tokens.unsqueeze(1), features.logprobs)
+    return tokens, probs, chosen[:, 0], top_values[:, 0], top_ids[:, 0]
 
 
 def verify_step(
@@ -106,12 +141,18 @@ def verify_step(
     features: SamplingFeatures,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Feed the pending token and the drafts [B, K] (columns past ``lookahead`` [B] are
-    padding), score all K+1 positions and verify; returns (accepted [B], next token [B])."""
+    padding), score all K+1 positions (biased and penalized where a row asks, each position
+    counting the drafts before it as output) and verify; returns (accepted [B], next token [B]),
+    and where ``features.logprobs`` asks, per column the log-probability [B, K+1] of the
+    token a row commits there (its draft token before ``accepted``, the next token at
+    it) and the top alternatives' values and ids [B, K+1, A]."""
     width = feed.tokens.shape[1]
     offsets = torch.arange(width, device=seq_len.device)
     index = offsets.expand(seq_len.shape[0], width)
     logits = project_logits(net.weights, net.geometry, _hidden(net, feed), index)[..., : net.vocab]
-    target_probs = probabilities(logits, draws.params, features)
+    # position j follows the first j drafts
+    scored = _adjusted(logits, draws, features, lambda: counts_before(drafts, 0, width, net.vocab))
+    target_probs = probabilities(scored, draws.params, features)
     token_positions = seq_len.unsqueeze(1) + offsets  # where each possible new token lands
     k = drafts.shape[1]
     verdict = verify(
@@ -129,4 +170,9 @@ def verify_step(
             accepted=torch.where(draws.coupled, gumbel.accepted, verdict.accepted),
             next_token=torch.where(draws.coupled, gumbel.next_token, verdict.next_token),
         )
-    return verdict.accepted, verdict.next_token
+    if features.logprobs is None:
+        return verdict.accepted, verdict.next_token
+    committed = torch.cat([drafts, drafts.new_zeros(drafts.shape[0], width - k)], dim=1)
+    committed = committed.scatter(1, verdict.accepted.unsqueeze(1), verdict.next_token.unsqueeze(1))
+    chosen, top_values, top_ids = token_logprobs(logits, committed, features.logprobs)
+    return verdict.accepted, verdict.next_token, chosen, top_values, top_ids

@@ -12,11 +12,13 @@ has already cached.
 The passes themselves are the pure step functions of
 :mod:`specbatch.decoding.step_functions`, run under the runner's compile mode; this
 module turns rows (host state) into padded device tensors and the results back into
-rows, with one device-to-host copy per decode step (the committed tokens).
+rows, with one device-to-host copy per decode step (the committed tokens; a step
+with rows that report log-probabilities copies those after them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
@@ -32,8 +34,9 @@ from specbatch.decoding.models import Qwen3Forward
 from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.pass_clock import PassClock
 from specbatch.decoding.rows import Row
-from specbatch.decoding.sampling import SamplingFeatures, SamplingTensors
+from specbatch.decoding.sampling import LogitBias, PenaltyTensors, SamplingFeatures, SamplingTensors
 from specbatch.decoding.step_functions import Draws, Feed, Network
+from specbatch.logprobs import TokenLogprob
 
 # A speculative step's first draft pass feeds at most this many tokens per row (the
 # pending token and what the draft missed); a row lagging more is caught up first.
@@ -148,14 +151,57 @@ class StepRunner:
         top_p = [q.top_p for q in requests] + [1.0] * pad
         top_k = [q.top_k for q in requests] + [0] * pad
         coupled = [r.coupled for r in rows] + [False] * pad
+        min_p = [q.min_p for q in requests] + [0.0] * pad
         params = SamplingTensors(
             self._tensor(temperature, torch.float32),
             self._tensor(top_p, torch.float32),
             self._tensor(top_k, torch.long),
+            self._tensor(min_p, torch.float32) if any(min_p) else None,
         )
         seeds = self._tensor([r.seed for r in rows] + [0] * pad, torch.long)
-        draws = Draws(params, seeds, self._tensor(coupled, torch.bool))
-        return draws, SamplingFeatures.of(temperature, top_p, top_k, coupled, self.pair.vocab_size)
+        logprobs = [q.logprobs for q in requests]
+        penalties = [q.penalties for q in requests]
+        bias = [q.logit_bias for q in requests]
+        features = SamplingFeatures.of(
+            temperature, top_p, top_k, coupled, self.pair.vocab_size, logprobs, penalties, min_p, bias
+        )
+        penalty_tensors = self._penalties(rows, batch, features) if features.penalties else None
+        bias_tensors = self._logit_bias(bias, batch) if features.logit_bias else None
+        draws = Draws(params, seeds, self._tensor(coupled, torch.bool), penalty_tensors, bias_tensors)
+        return draws, features
+
+    def _logit_bias(self, bias: list[Sequence[tuple[int, float]]], batch: int) -> LogitBias:
+        """Each row's (token, bias) pairs, padded with the id past the vocabulary."""
+        width = self.shapes.width(max(1, *(len(pairs) for pairs in bias)))
+        pad = [(self.pair.vocab_size, 0.0)]
+        rows = [list(pairs) + pad * (width - len(pairs)) for pairs in bias]
+        rows += [pad * width] * (batch - len(bias))
+        return LogitBias(
+            ids=self._tensor([[token for token, _ in row] for row in rows], torch.long),
+            values=self._tensor([[value for _, value in row] for row in rows], torch.float32),
+        )
+
+    def _penalties(self, rows: Sequence[Row], batch: int, features: SamplingFeatures) -> PenaltyTensors:
+        """What the rows' penalties read: their outputs so far and, where a repetition
+        penalty needs them, their prompts; padding rows and padded ids count for nothing."""
+        pad, absent = batch - len(rows), self.pair.vocab_size
+        presence, frequency, repetition = zip(*[r.request.penalties for r in rows], strict=True)
+
+        def padded(rows_tokens: list[list[int]]) -> torch.Tensor:
+            width = self.shapes.width(max(1, *(len(tokens) for tokens in rows_tokens)))
+            rows_padded = [tokens + [absent] * (width - len(tokens)) for tokens in rows_tokens]
+            return self._tensor(rows_padded + [[absent] * width] * pad, torch.long)
+
+        outputs = [r.tokens[r.prompt_length :] for r in rows]
+        prompts = [r.tokens[: r.prompt_length] if features.repetition else [] for r in rows]
+        return PenaltyTensors(
+            presence=self._tensor([*presence] + [0.0] * pad, torch.float32),
+            frequency=self._tensor([*frequency] + [0.0] * pad, torch.float32),
+            repetition=self._tensor([*repetition] + [1.0] * pad, torch.float32),
+            output_ids=padded(outputs),
+            prompt_ids=padded(prompts),
+            step_tokens=self._tensor([[]] * batch, torch.long).reshape(batch, 0),
+        )
 
     # ---- forward passes ---------------------------------------------------------------
 
@@ -307,7 +353,7 @@ class StepRunner:
         draws, features = self._draws(rows, batch)
         draw_at = feed.positions[:, 0] + 1
         index = torch.zeros_like(feed.positions)
-        token, _ = self._run(
+        token, _, *logprobs = self._run(
             name,
             rows,
             feed,
@@ -326,12 +372,16 @@ class StepRunner:
                 row.draft_cached = row.seq_len
             else:
                 row.target_cached = row.seq_len
-        return [[t] for t in token[:count].tolist()]
+        committed = [[t] for t in token[:count].tolist()]
+        if logprobs:
+            _hand_logprobs(rows, committed, *(t.unsqueeze(1) for t in logprobs))
+        return committed
 
     def _speculative_step(self, rows: Sequence[Row], lookahead: int) -> tuple[list[list[int]], list[int]]:
         k = lookahead
         count, batch = len(rows), self.shapes.batch(len(rows))
         draws, features = self._draws(rows, batch)
+        draft_features = dataclasses.replace(features, logprobs=None)  # the target's are reported
         longest = max(r.seq_len for r in rows)
         span = self.shapes.span(longest + k)  # the verify pass reads up to seq_len - 1 + k
         seq_len = self._tensor([r.seq_len for r in rows] + [1] * (batch - count), torch.long)
@@ -345,9 +395,13 @@ class StepRunner:
             [[end - start - 1] for start, end in spans] + [[0]] * (batch - count), torch.long
         )
         fed = sum(end - start for start, end in spans)
+        draft_draws = draws
         proposal, draft_probs = [], []
         for i in range(k):
             if i > 0:
+                if draws.penalties is not None:  # the proposals so far count as output
+                    earlier = dataclasses.replace(draws.penalties, step_tokens=torch.stack(proposal, dim=1))
+                    draft_draws = dataclasses.replace(draws, penalties=earlier)
                 positions = (seq_len - 1 + i).unsqueeze(1)
                 real = row_real
                 feed = Feed(
@@ -367,10 +421,10 @@ class StepRunner:
                 longest + i,
                 self.functions.sample_step,
                 index,
-                draws,
+                draft_draws,
                 seq_len + i,
                 counter_random.DRAFT,
-                features,
+                draft_features,
             )
             proposal.append(token)
             draft_probs.append(q)
@@ -393,7 +447,7 @@ class StepRunner:
             feed.read_slots,
         )
         real_lookahead = torch.full((batch,), k, dtype=torch.long, device=self.device)
-        accepted, next_token = self._run(
+        accepted, next_token, *logprobs = self._run(
             "target",
             rows,
             verify_feed,
@@ -423,4 +477,32 @@ class StepRunner:
             row.drafted += k
             row.accepted += n
             row.rejections += int(n < k)
+        if logprobs:
+            _hand_logprobs(rows, committed, *logprobs)
         return committed, counts
+
+
+def _hand_logprobs(
+    rows: Sequence[Row],
+    committed: list[list[int]],
+    chosen: torch.Tensor,
+    top_values: torch.Tensor,
+    top_ids: torch.Tensor,
+) -> None:
+    """Give each row that reports log-probabilities those of the tokens it committed
+    this step (column j of the tensors [B, M(, A)] is its j-th token), with as many
+    alternatives as it asked for."""
+    wanted = [i for i, row in enumerate(rows) if row.request.logprobs is not None]
+    if not wanted:
+        return
+    picked = torch.tensor(wanted, device=chosen.device)
+    chosen_rows = chosen[picked].tolist()
+    value_rows, id_rows = top_values[picked].tolist(), top_ids[picked].tolist()
+    for i, logprobs, values, ids in zip(wanted, chosen_rows, value_rows, id_rows, strict=True):
+        row, alternatives = rows[i], rows[i].request.logprobs
+        row.new_logprobs = [
+            TokenLogprob(
+                token, logprobs[j], tuple(zip(ids[j][:alternatives], values[j][:alternatives], strict=True))
+            )
+            for j, token in enumerate(committed[i])
+        ]

@@ -1,9 +1,11 @@
-"""Per-row stopping: end-of-sequence tokens, stop strings, the token budget and a minimum."""
+"""Per-row stopping: end-of-sequence and stop tokens, stop strings, the token budget and a minimum."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from specbatch.logprobs import TokenLogprob
 
 
 @dataclass
@@ -14,17 +16,20 @@ class RowOutput:
     stop: Sequence[str]
     ignore_eos: bool = False
     min_tokens: int = 0
+    stop_token_ids: frozenset[int] = frozenset()
     tokens: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     text: str | None = None
     # characters of the text of the first min_tokens tokens, once they are made: a stop
     # string counts only where it ends past them (they never change after)
     min_tokens_chars: int | None = None
+    # one per kept token, when the row reports log-probabilities (None: it does not)
+    logprobs: list[TokenLogprob] | None = None
 
 
 class StopRules:
-    """Applies EOS (unless the row ignores it), stop strings and max_new_tokens to each
-    step's new tokens.
+    """Applies EOS (unless the row ignores it), the row's stop tokens (which end it as EOS
+    does, with it kept last), stop strings and max_new_tokens to each step's new tokens.
 
     A stop string ends the row at the first token whose text completes it; the
     returned text stops right before the stop string. Neither ends a row within its
@@ -38,12 +43,16 @@ class StopRules:
         self.eos_token_ids = eos_token_ids
         self.decode = decode
 
-    def extend(self, row: RowOutput, new_tokens: Sequence[int]) -> list[int]:
-        """Append what the row keeps of ``new_tokens``; return the kept tokens."""
+    def extend(
+        self, row: RowOutput, new_tokens: Sequence[int], new_logprobs: Sequence[TokenLogprob] = ()
+    ) -> list[int]:
+        """Append what the row keeps of ``new_tokens`` (and of their ``new_logprobs``, when
+        it reports them); return the kept tokens."""
         start = len(row.tokens)
         for token in new_tokens:
             row.tokens.append(token)
-            if token in self.eos_token_ids and not row.ignore_eos and len(row.tokens) > row.min_tokens:
+            ends = token in row.stop_token_ids or (token in self.eos_token_ids and not row.ignore_eos)
+            if ends and len(row.tokens) > row.min_tokens:
                 row.finish_reason = "stop"
                 break
             if len(row.tokens) >= row.max_new_tokens:
@@ -51,6 +60,8 @@ class StopRules:
                 break
         if row.stop:
             self._apply_stop_strings(row, start)
+        if row.logprobs is not None:
+            row.logprobs.extend(new_logprobs[: len(row.tokens) - start])
         return row.tokens[start:]
 
     def _apply_stop_strings(self, row: RowOutput, start: int) -> None:

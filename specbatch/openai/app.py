@@ -119,7 +119,7 @@ async def _complete(events: AsyncIterator[Delta | list[Outcome]], call: Call) ->
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, list):
-                _raise_prompt_errors(event, call.n)
+                _raise_prompt_errors(event, call.copies)
                 return web.json_response(Reply(call).complete(event))
     raise OpenAIError(502, "the pipeline sent no answer")
 
@@ -136,19 +136,23 @@ async def _stream(
     async with contextlib.aclosing(events):
         event = await anext(events)
         if isinstance(event, list):
-            _raise_prompt_errors(event, call.n)
+            _raise_prompt_errors(event, call.copies)
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         try:
             if call.kind == "chat":  # every choice's role first, as OpenAI and vLLM send it
                 for index in range(len(call.prompts)):
                     await _send(response, reply.chunk(index, "", role=True))
+            elif call.echo:  # every choice's prompt first, as vLLM sends it
+                for index in range(len(call.prompts)):
+                    await _send(response, reply.chunk(index, call.prompt_of_choice(index)))
             while isinstance(event, Delta):
                 await _send(response, reply.chunk(event.index, event.text))
                 event = await anext(events)
-            _raise_prompt_errors(event, call.n)
+            _raise_prompt_errors(event, call.copies)
             for index, outcome in enumerate(event):
-                await _send(response, reply.chunk(index, None, finish_reason=outcome.finish_reason))
+                end = reply.chunk(index, None, outcome.finish_reason, logprobs=reply.logprobs(outcome))
+                await _send(response, end)
             if call.include_usage:
                 await _send(response, reply.usage_chunk(event))
         except OpenAIError as exc:

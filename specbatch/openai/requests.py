@@ -1,23 +1,34 @@
 """OpenAI request bodies, validated into one `Call` the pipeline understands.
 
-What the pipeline cannot honour is refused with a 400 naming the parameter, never
-silently ignored: logprobs, echo, `best_of`, tools, token-id prompts,
-penalties and logit biases (the sampler has none), structured output (`response_format`
-other than text, vLLM's guided decoding), and the vLLM extensions `min_p` and
-`stop_token_ids`. Each is accepted at the value that means "not used", as clients
-send their defaults. vLLM's `top_k` extension is honoured (-1 or 0: off), and so is its
-`ignore_eos` (true: the answer runs to `max_tokens` through end-of-sequence tokens, the
-fixed output lengths load testers ask for, e.g. AIPerf's `--extra-inputs ignore_eos:true`).
-vLLM's `min_tokens` is honoured: neither end of sequence nor a stop string ends an answer
-before that many tokens (an end-of-sequence token there is kept and decoding goes on).
-`seed` is honoured as the pipeline's `random_seed`: a sampled prompt with a seed gives
-the same tokens in any batch (greedy decoding, temperature 0, does so without one).
+Honoured, each as the ensemble's input of that name unless said: `max_tokens`,
+`temperature`, `top_p`, `stop`, `seed` (the pipeline's `random_seed`: a sampled prompt
+with a seed gives the same tokens in any batch; greedy decoding does so without one),
+`presence_penalty`, `frequency_penalty`, `logit_bias` (`logit_bias_ids` and
+`logit_bias_values`), log-probabilities (the pipeline's `logprobs`: the target's raw
+log-probability of each generated token and up to 20 alternatives; a completion's
+`logprobs` counts the alternatives, 0 for the chosen token's alone, a chat asks with
+`logprobs: true` and `top_logprobs`), and vLLM's extensions `top_k` (-1 or 0: off),
+`min_p`, `min_tokens` (neither end of sequence nor a stop string ends an answer before
+that many tokens), `ignore_eos` (the answer runs to `max_tokens`: the fixed output
+lengths load testers ask for, e.g. AIPerf's `--extra-inputs ignore_eos:true`),
+`stop_token_ids` (any of them ends an answer as end of sequence does; its text stays
+unless it is a special token, as in vLLM) and `repetition_penalty`.
+
 `n` choices per prompt run as that many copies of the prompt, the choices prompt by
 prompt (choice `i * n + j` is copy `j` of prompt `i`, as OpenAI numbers them). Each copy
 samples on its own seed: unseeded, each row draws one; with `seed`, copy 0 keeps it (its
 answer is the one `n` = 1 gives) and copy `j` takes a seed mixed from it and `j`, so the
 copies differ and the whole reply is reproducible. Greedy copies are all the same
-answer, as in vLLM.
+answer, as in vLLM. A completion's `best_of` runs that many copies and keeps the `n`
+likeliest; its `echo` puts the prompt before the answer.
+
+What the pipeline cannot honour is refused with a 400 naming the parameter, never
+silently ignored: tools, `suffix`, token-id prompts, structured output
+(`response_format` other than text, vLLM's guided decoding), beam search, vLLM's
+`include_stop_str_in_output`, a chat's `echo` or `best_of`, and `echo` with `logprobs`
+(the prompt's own log-probabilities are not computed). Each is accepted at
+the value that means "not used", as clients send their defaults.
+
 A chat request becomes its last user message (which the router classifies) plus the
 earlier turns, which the model instance renders with Qwen3's chat template. The body
 field `self_refine` (true or false; the openai client sends it in `extra_body`) is the
@@ -31,28 +42,26 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specbatch.logprobs import MAX_LOGPROBS
 from specbatch.openai.errors import bad_request
-from specbatch.serving.params import MAX_STOP_CHARS, MAX_STOP_STRINGS
+from specbatch.serving.params import (
+    MAX_LOGIT_BIAS,
+    MAX_LOGIT_BIAS_ENTRIES,
+    MAX_PENALTY,
+    MAX_STOP_CHARS,
+    MAX_STOP_STRINGS,
+    MAX_STOP_TOKEN_IDS,
+)
 
 MAX_PROMPTS = 64
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 # Parameters the pipeline has no equivalent for, with the value that means "not used".
 _UNSUPPORTED = {
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
-    "echo": (None, False),
-    "best_of": (None, 1),
     "suffix": (None, ""),
     "tools": (None, []),
     "functions": (None, []),
-    "logit_bias": (None, {}),
-    "frequency_penalty": (None, 0),
-    "presence_penalty": (None, 0),
-    "repetition_penalty": (None, 1),
     "response_format": (None, {"type": "text"}),
     "tool_choice": (None, "none", "auto"),
-    "min_p": (None, 0),
-    "stop_token_ids": (None, []),
     "guided_json": (None,),
     "guided_regex": (None,),
     "guided_choice": (None,),
@@ -73,16 +82,40 @@ class Call:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    min_p: float | None = None
     seed: int | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
+    logprobs: int | None = None  # alternatives per token to report (None: no log-probabilities)
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
     stream: bool = False
     include_usage: bool = False
     n: int = 1
+    best_of: int | None = None  # copies run per prompt, the n likeliest kept (None: n)
+    echo: bool = False  # a completion's text starts with its prompt
     chat_history: str = ""
     enable_thinking: bool = False
     self_refine: bool = False
+
+    @property
+    def copies(self) -> int:
+        """How many times the pipeline runs each prompt: ``best_of``, or ``n``."""
+        return self.best_of or self.n
+
+    @property
+    def pipeline_logprobs(self) -> int | None:
+        """The log-probabilities asked of the pipeline: the client's, or the chosen
+        tokens' alone where ``best_of`` ranks copies by them."""
+        return 0 if self.logprobs is None and self.best_of else self.logprobs
+
+    def prompt_of_choice(self, index: int) -> str:
+        """The prompt that choice ``index`` answers (choices ``i * n + j``)."""
+        return self.prompts[(index // self.n) * self.copies]
 
 
 def parse_completion(body: Any) -> Call:
@@ -95,7 +128,23 @@ def parse_completion(body: Any) -> Call:
     if not all(isinstance(p, str) for p in prompts):
         raise bad_request("prompt must be text: token-id prompts are not supported", "prompt")
     common = _common(body, body.get("max_tokens"))
-    return Call(kind="completion", prompts=_copies(prompts, common["n"]), **common)
+    logprobs = _completion_logprobs(body.get("logprobs"), body.get("top_logprobs"))
+    echo = body.get("echo") or False
+    if not isinstance(echo, bool):
+        raise bad_request("echo must be true or false", "echo")
+    if echo and logprobs is not None:
+        raise bad_request(
+            "echo with logprobs needs the prompt's log-probabilities, which are not computed", "echo"
+        )
+    best_of = _best_of(body.get("best_of"), common["n"], common["stream"])
+    return Call(
+        kind="completion",
+        prompts=_copies(prompts, best_of or common["n"]),
+        logprobs=logprobs,
+        best_of=best_of,
+        echo=echo,
+        **common,
+    )
 
 
 def parse_chat(body: Any) -> Call:
@@ -115,22 +164,40 @@ def parse_chat(body: Any) -> Call:
     thinking = kwargs.get("enable_thinking", body.get("enable_thinking", False))
     if not isinstance(thinking, bool):
         raise bad_request("enable_thinking must be true or false", "enable_thinking")
+    for name, unused in (("echo", (None, False)), ("best_of", (None, 1))):
+        if body.get(name) not in unused:
+            raise bad_request(f"{name} is not supported for chat completions", name)
     common = _common(body, body.get("max_completion_tokens", body.get("max_tokens")))
     return Call(
         kind="chat",
         prompts=_copies([turns[-1]["content"]], common["n"]),
         chat_history=json.dumps(turns[:-1]) if len(turns) > 1 else "",
         enable_thinking=thinking,
+        logprobs=_chat_logprobs(body.get("logprobs"), body.get("top_logprobs")),
         **common,
     )
 
 
-def _copies(prompts: list[str], n: int) -> tuple[str, ...]:
-    """Each prompt ``n`` times, prompt by prompt: the pipeline's prompts, one per choice."""
-    if len(prompts) * n > MAX_PROMPTS:
-        param = "n" if n > 1 else "prompt"
-        raise bad_request(f"at most {MAX_PROMPTS} choices per request (prompts times n)", param)
-    return tuple(prompt for prompt in prompts for _ in range(n))
+def _copies(prompts: list[str], copies: int) -> tuple[str, ...]:
+    """Each prompt ``copies`` times (``n``, or ``best_of``), prompt by prompt: the
+    pipeline's prompts, one per copy."""
+    if len(prompts) * copies > MAX_PROMPTS:
+        param = "n" if copies > 1 else "prompt"
+        raise bad_request(f"at most {MAX_PROMPTS} copies per request (prompts times n or best_of)", param)
+    return tuple(prompt for prompt in prompts for _ in range(copies))
+
+
+def _best_of(value: Any, n: int, stream: bool) -> int | None:
+    """`best_of` copies per prompt, of which the ``n`` likeliest are returned; at least
+    ``n``, and not streamed (which copies win is known only at the end), as OpenAI rules."""
+    best_of = _positive_integer(value, "best_of")
+    if best_of is None or best_of == n:
+        return None
+    if best_of < n:
+        raise bad_request(f"best_of={best_of} must be at least n={n}", "best_of")
+    if stream:
+        raise bad_request("best_of cannot be streamed: which copies win is known only at the end", "best_of")
+    return best_of
 
 
 def copy_seed(seed: int, copy: int) -> int:
@@ -207,9 +274,15 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "temperature": _number_within(body.get("temperature"), "temperature", 0.0, 2.0),
         "top_p": _number_within(body.get("top_p"), "top_p", 0.0, 1.0, open_low=True),
         "top_k": _top_k(body.get("top_k")),
+        "min_p": _number_within(body.get("min_p"), "min_p", 0.0, 1.0),
         "seed": _seed(body.get("seed")),
         "ignore_eos": ignore_eos,
         "stop": _stop(body.get("stop")),
+        "stop_token_ids": _stop_token_ids(body.get("stop_token_ids")),
+        "logit_bias": _logit_bias(body.get("logit_bias")),
+        "presence_penalty": _penalty_within_openais_range(body, "presence_penalty"),
+        "frequency_penalty": _penalty_within_openais_range(body, "frequency_penalty"),
+        "repetition_penalty": _repetition_penalty(body.get("repetition_penalty")),
         "stream": stream,
         "include_usage": include_usage,
         "n": _positive_integer(body.get("n"), "n") or 1,
@@ -235,6 +308,85 @@ def _min_tokens(value: Any, max_tokens: int | None) -> int:
     if max_tokens is not None and value > max_tokens:
         raise bad_request(f"min_tokens={value} is more than max_tokens={max_tokens}", "min_tokens")
     return value
+
+
+def _completion_logprobs(value: Any, top: Any) -> int | None:
+    """A completion's `logprobs`: how many alternatives per token (0: the chosen token's
+    log-probability alone); absent, null or false: none."""
+    if top not in (None, 0):
+        raise bad_request(
+            "top_logprobs belongs to chat completions; a completion sets logprobs", "top_logprobs"
+        )
+    if value is None or value is False:
+        return None
+    return _logprobs_count(value, "logprobs")
+
+
+def _chat_logprobs(value: Any, top: Any) -> int | None:
+    """A chat's `logprobs` (true or false) and `top_logprobs` (alternatives, 0 to 20, only
+    with logprobs true)."""
+    if value is not None and not isinstance(value, bool):
+        raise bad_request("logprobs must be true or false", "logprobs")
+    alternatives = 0 if top is None else _logprobs_count(top, "top_logprobs")
+    if not value:
+        if alternatives:
+            raise bad_request("top_logprobs needs logprobs set to true", "top_logprobs")
+        return None
+    return alternatives
+
+
+def _logprobs_count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LOGPROBS:
+        raise bad_request(f"{name} must be an integer from 0 to {MAX_LOGPROBS}", name)
+    return value
+
+
+def _penalty_within_openais_range(body: dict, name: str) -> float | None:
+    """OpenAI's presence and frequency penalties, in [-2, 2]."""
+    return _number_within(body.get(name), name, -MAX_PENALTY, MAX_PENALTY)
+
+
+def _repetition_penalty(value: Any) -> float | None:
+    """vLLM's `repetition_penalty`: above 1 discourages tokens of the prompt and the output."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise bad_request("repetition_penalty must be a number > 0 (1 is none)", "repetition_penalty")
+    return float(value)
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `logit_bias`: token ids (as JSON object keys) to values in [-100, 100]."""
+    if value is None:
+        return ()
+    message = (
+        f"logit_bias must map at most {MAX_LOGIT_BIAS_ENTRIES} token ids to numbers in "
+        f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
+    )
+    if not isinstance(value, dict) or len(value) > MAX_LOGIT_BIAS_ENTRIES:
+        raise bad_request(message, "logit_bias")
+    pairs = []
+    for key, bias in value.items():
+        token = key.strip() if isinstance(key, str) else ""
+        if not token.isdigit() or isinstance(bias, bool) or not isinstance(bias, int | float):
+            raise bad_request(message, "logit_bias")
+        if not (math.isfinite(bias) and abs(bias) <= MAX_LOGIT_BIAS) or int(token) >= 1 << 31:
+            raise bad_request(message, "logit_bias")
+        pairs.append((int(token), float(bias)))
+    return tuple(pairs)
+
+
+def _stop_token_ids(value: Any) -> tuple[int, ...]:
+    ids = value or []
+    if (
+        not isinstance(ids, list)
+        or len(ids) > MAX_STOP_TOKEN_IDS
+        or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 31 for i in ids)
+    ):
+        raise bad_request(
+            f"stop_token_ids must be a list of at most {MAX_STOP_TOKEN_IDS} token ids", "stop_token_ids"
+        )
+    return tuple(ids)
 
 
 def _top_k(value: Any) -> int | None:

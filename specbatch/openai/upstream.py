@@ -32,6 +32,7 @@ SCHEDULER_OUTPUTS = (
     "error",
     "num_input_tokens",
     "num_output_tokens",
+    "token_logprobs",
 )
 
 
@@ -53,6 +54,7 @@ class Outcome:
     error: str
     num_input_tokens: int
     num_output_tokens: int
+    logprobs: str = ""  # the pipeline's token_logprobs JSON; "" when none were asked or made
 
 
 class TritonUpstream:
@@ -79,8 +81,8 @@ class TritonUpstream:
         Leaving the iteration early (a client gone, a cancelled task) cancels the
         scheduler's stream, which drops the request's rows at the next decode step.
         """
-        routed = await self._route(call.prompts[:: call.n])  # each prompt once, not per choice
-        routed = {name: np.repeat(array, call.n, axis=1) for name, array in routed.items()}
+        routed = await self._route(call.prompts[:: call.copies])  # each prompt once, not per copy
+        routed = {name: np.repeat(array, call.copies, axis=1) for name, array in routed.items()}
         responses = self._client.stream_infer(_one(self._scheduler_request(call, routed)))
         finished = False
         try:
@@ -136,16 +138,26 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
         "temperature": (call.temperature, np.float32),
         "top_p": (call.top_p, np.float32),
         "top_k": (call.top_k, np.int32),
+        "min_p": (call.min_p, np.float32),
         "min_tokens": (call.min_tokens or None, np.int32),
+        "logprobs": (call.pipeline_logprobs, np.int32),
+        "presence_penalty": (call.presence_penalty, np.float32),
+        "frequency_penalty": (call.frequency_penalty, np.float32),
+        "repetition_penalty": (call.repetition_penalty, np.float32),
     }
     for name, (value, dtype) in optional.items():
         if value is not None:
             arrays[name] = np.array([[value]], dtype=dtype)
     if call.seed is not None:
-        seeds = [copy_seed(call.seed, index % call.n) for index in range(len(call.prompts))]
-        arrays["random_seed"] = np.array([seeds if call.n > 1 else seeds[:1]], dtype=np.uint64)
+        seeds = [copy_seed(call.seed, index % call.copies) for index in range(len(call.prompts))]
+        arrays["random_seed"] = np.array([seeds if call.copies > 1 else seeds[:1]], dtype=np.uint64)
     if call.stop:
         arrays["stop_words"] = _strings(call.stop)
+    if call.logit_bias:
+        arrays["logit_bias_ids"] = np.array([[token for token, _ in call.logit_bias]], dtype=np.int32)
+        arrays["logit_bias_values"] = np.array([[value for _, value in call.logit_bias]], dtype=np.float32)
+    if call.stop_token_ids:
+        arrays["stop_token_ids"] = np.array([call.stop_token_ids], dtype=np.int32)
     if call.self_refine:
         arrays["self_refine"] = np.array([[True]], dtype=np.bool_)
     if call.ignore_eos:
@@ -189,6 +201,7 @@ def _outcomes(outputs: dict[str, np.ndarray]) -> list[Outcome]:
         _texts(outputs["error"]),
         outputs["num_input_tokens"].reshape(-1).tolist(),
         outputs["num_output_tokens"].reshape(-1).tolist(),
+        _texts(outputs["token_logprobs"]),
     ]
     by_index = {index: Outcome(*(column[i] for column in columns)) for i, index in enumerate(order)}
     return [by_index[index] for index in sorted(by_index)]

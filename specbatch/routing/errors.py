@@ -11,7 +11,7 @@ class RoutingError(ValueError):
 
 
 class GraphError(RoutingError):
-    """A graph prompt that cannot be parsed or has no path to report."""
+    """A graph prompt that cannot be parsed or asks for something out of range."""
 
 
 class GraphLimitError(GraphError):

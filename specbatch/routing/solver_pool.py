@@ -135,7 +135,7 @@ class GraphSolverPool:
     """`await pool.solve(text)`: the ``submit_paths(...)`` answer of a graph prompt.
 
     Raises :class:`GraphError` (or :class:`GraphLimitError`) for a prompt that cannot
-    be parsed, is over the size limits or has no path; :class:`GraphTimeoutError`
+    be parsed or is over the size limits; :class:`GraphTimeoutError`
     (a GraphLimitError) when solving takes longer than ``timeout_s``;
     :class:`SolverBusyError` when ``workers`` solves run and ``max_waiting`` wait; and
     :class:`SolverUnavailableError` after close() or when a worker dies. The first three

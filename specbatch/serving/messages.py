@@ -46,10 +46,17 @@ class RowWork:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     random_seed: int | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
+    logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    logit_bias: tuple[tuple[int, float], ...] = ()
     stream: bool = False
     choices: tuple[str, ...] = ()
     seconds_left: float | None = None
@@ -61,6 +68,8 @@ class RowWork:
     def from_wire(cls, data: dict[str, Any]) -> RowWork:
         values = _known(cls, data)
         values["stop"] = tuple(values.get("stop", ()))
+        values["stop_token_ids"] = tuple(values.get("stop_token_ids", ()))
+        values["logit_bias"] = tuple((int(t), float(v)) for t, v in values.get("logit_bias", ()))
         values["choices"] = tuple(values.get("choices", ()))
         return cls(**values)
 
@@ -78,6 +87,7 @@ class RowOutcome:
     total_accepted_draft_tokens: int = 0
     error: str = ""
     instance: str = ""
+    logprobs: str = ""  # the JSON of specbatch.logprobs.to_json, when the prompt asked
 
     @property
     def acceptance_rate(self) -> float:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specbatch.logprobs import MAX_LOGPROBS
 from specbatch.routing import TASKS
 
 
@@ -38,10 +39,30 @@ class SamplingParams:
     ignore_eos: bool = False
     # neither end of sequence nor a stop string ends it sooner (vLLM's min_tokens)
     min_tokens: int = 0
+    # report each output token's log-probability and this many alternatives (vLLM's
+    # logprobs; None: none)
+    logprobs: int | None = None
+    # drop the tokens less likely than this share of the likeliest (vLLM's min_p; 0: off)
+    min_p: float = 0.0
+    # token ids that end the prompt as its end-of-sequence token does (vLLM's stop_token_ids)
+    stop_token_ids: tuple[int, ...] = ()
+    # (token id, value) added to those tokens' logits (OpenAI's logit_bias)
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # vLLM's and TensorRT-LLM's penalties: presence and frequency on the output, repetition
+    # on prompt and output (0, 0 and 1: none)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
+MAX_STOP_TOKEN_IDS = 16
+# OpenAI's bounds on logit_bias: entries per request, and each value's magnitude
+MAX_LOGIT_BIAS_ENTRIES = 300
+MAX_LOGIT_BIAS = 100.0
+# OpenAI's range for the presence and frequency penalties
+MAX_PENALTY = 2.0
 
 
 def decode_stop_words(raw: Sequence[bytes | str] | None) -> tuple[str, ...]:
@@ -62,6 +83,32 @@ def decode_stop_words(raw: Sequence[bytes | str] | None) -> tuple[str, ...]:
             f"stop_words: at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters"
         )
     return words
+
+
+def decode_stop_token_ids(raw: Sequence[int] | None) -> tuple[int, ...]:
+    """The request's stop token ids (vLLM's `stop_token_ids`), in the order sent; whether
+    each is in the model's vocabulary is the instance's check, which knows it."""
+    ids = tuple(int(value) for value in raw or ())
+    if len(ids) > MAX_STOP_TOKEN_IDS or any(value < 0 for value in ids):
+        raise RequestError(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} token ids, each >= 0")
+    return ids
+
+
+def decode_logit_bias(
+    ids: Sequence[int] | None, values: Sequence[float] | None
+) -> tuple[tuple[int, float], ...]:
+    """The request's logit bias from its two inputs, `logit_bias_ids` and
+    `logit_bias_values` (one value per id), in the order sent; whether each id is in the
+    model's vocabulary is the instance's check."""
+    ids, values = list(ids or ()), list(values or ())
+    if len(ids) != len(values):
+        raise RequestError(f"logit_bias_ids holds {len(ids)} ids and logit_bias_values {len(values)} values")
+    pairs = tuple((int(token), float(value)) for token, value in zip(ids, values, strict=True))
+    if len(pairs) > MAX_LOGIT_BIAS_ENTRIES or any(token < 0 for token, _ in pairs):
+        raise RequestError(f"logit_bias: at most {MAX_LOGIT_BIAS_ENTRIES} token ids, each >= 0")
+    if any(not (math.isfinite(value) and abs(value) <= MAX_LOGIT_BIAS) for _, value in pairs):
+        raise RequestError(f"logit_bias values must lie in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -131,9 +178,16 @@ def sampling_params(
     top_k: int | None = None,
     stream: bool = False,
     stop: tuple[str, ...] = (),
+    stop_token_ids: tuple[int, ...] = (),
+    logit_bias: tuple[tuple[int, float], ...] = (),
     random_seed: int | None = None,
     ignore_eos: bool | None = None,
     min_tokens: int | None = None,
+    logprobs: int | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    repetition_penalty: float | None = None,
+    min_p: float | None = None,
 ) -> SamplingParams:
     """Validate one prompt's parameters against the server's limits and fill defaults."""
     tokens = limits.default_max_tokens if max_tokens is None else int(max_tokens)
@@ -156,6 +210,17 @@ def sampling_params(
     least = 0 if min_tokens is None else int(min_tokens)
     if not 0 <= least <= tokens:
         raise PromptError(f"min_tokens must lie in [0, max_tokens={tokens}], got {least}")
+    alternatives = None if logprobs is None or int(logprobs) < 0 else int(logprobs)
+    if alternatives is not None and alternatives > MAX_LOGPROBS:
+        raise PromptError(f"logprobs must lie in [0, {MAX_LOGPROBS}] (negative: none), got {alternatives}")
+    share = 0.0 if min_p is None else float(min_p)
+    if math.isnan(share) or not 0 <= share <= 1:
+        raise PromptError(f"min_p must lie in [0, 1] (0 is off), got {share}")
+    presence = _penalty("presence_penalty", presence_penalty)
+    frequency = _penalty("frequency_penalty", frequency_penalty)
+    repetition = 1.0 if repetition_penalty is None else float(repetition_penalty)
+    if not (math.isfinite(repetition) and repetition > 0):
+        raise PromptError(f"repetition_penalty must be a number > 0 (1 is none), got {repetition}")
     return SamplingParams(
         max_tokens=tokens,
         temperature=temp,
@@ -163,7 +228,22 @@ def sampling_params(
         top_k=k,
         stream=bool(stream),
         stop=tuple(stop),
+        stop_token_ids=tuple(stop_token_ids),
+        logit_bias=tuple(logit_bias),
         random_seed=seed,
         ignore_eos=bool(ignore_eos),
         min_tokens=least,
+        logprobs=alternatives,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        repetition_penalty=repetition,
+        min_p=share,
     )
+
+
+def _penalty(name: str, value: float | None) -> float:
+    penalty = 0.0 if value is None else float(value)
+    if not (math.isfinite(penalty) and -MAX_PENALTY <= penalty <= MAX_PENALTY):
+        bound = f"{MAX_PENALTY:g}"
+        raise PromptError(f"{name} must lie in [-{bound}, {bound}] (0 is none), got {penalty}")
+    return penalty

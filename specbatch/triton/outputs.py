@@ -35,6 +35,7 @@ def outcome_arrays(
         "error": strings([o.error for o in outcomes]),
         "acceptance_rate": np.array([o.acceptance_rate for o in outcomes], dtype=np.float32),
         "model_instance": strings([o.instance for o in outcomes]),
+        "token_logprobs": strings([o.logprobs for o in outcomes]),
     }
     for name in COUNTERS:
         arrays[name] = np.array([getattr(o, name) for o in outcomes], dtype=np.uint32)

@@ -130,6 +130,9 @@ def http_bodies(draw: st.DrawFn) -> Drawn:
         False,
     )
     number_field("top_k", st.integers(0, 50), st.integers(INT32_MIN, -1), True)
+    number_field("min_p", st.floats(0, 1), st.floats(1.001, 1e30), False)
+    number_field("presence_penalty", st.floats(-2, 2), st.floats(2.001, 1e30), False)
+    number_field("logprobs", st.integers(-5, 20), st.integers(21, INT32_MAX), True)
     # a negative seed is not an unsigned integer: Triton's JSON parser refuses it (UINT64)
     number_field(
         "random_seed",

@@ -206,6 +206,136 @@ def test_ignore_eos_runs_a_completion_to_max_tokens(client):
         )
 
 
+def _without_end_of_sequence(tokens: list[str], finish_reason: str, tokenizer) -> str:
+    """The text of the listed tokens less a closing end-of-sequence token, which is listed
+    (it was generated and counts) but not in the text."""
+    if finish_reason == "stop":
+        assert tokens[-1] in tokenizer.all_special_tokens
+        tokens = tokens[:-1]
+    return "".join(tokens)
+
+
+def test_logprobs_give_each_generated_token_the_targets_log_probability(client, server, tokenizer):
+    reply = client.completions.create(
+        model="specbatch", prompt=[SEA_PROMPT, GRAPH_PROMPT], max_tokens=12, temperature=0, logprobs=3
+    )
+    generated, computed = reply.choices
+    assert computed.text == GRAPH_ANSWER and computed.logprobs is None, "computed, not generated"
+    lp = generated.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == reply.usage.completion_tokens
+    assert _without_end_of_sequence(lp.tokens, generated.finish_reason, tokenizer) == generated.text
+    for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert value <= 0 and top[token] == value == max(top.values()), "greedy: the likeliest token"
+        assert len(top) == 3
+    assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(len(lp.tokens))]
+
+    # the ensemble's own output, over /generate: the same tokens and values, as JSON
+    body = {"text_input": [SEA_PROMPT, GRAPH_PROMPT], "max_tokens": 12, "temperature": [0.0], "logprobs": [3]}
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/specbatch/generate", data=json.dumps(body).encode()
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        outputs = json.load(answer)["token_logprobs"]
+    assert outputs[1] == "", "the graph prompt's answer was computed"
+    entries = json.loads(outputs[0])
+    assert [e["token"] for e in entries] == lp.tokens and [e["logprob"] for e in entries] == lp.token_logprobs
+    assert all(len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["id"] == e["id"] for e in entries)
+
+    # vLLM's stop_token_ids: the answer ends at the first such token (the ids from above)
+    ids = [e["id"] for e in entries]
+    stop_at = next(i for i in range(2, len(ids)) if ids[i] not in ids[:i])
+    cut = client.completions.create(
+        model="specbatch",
+        prompt=SEA_PROMPT,
+        max_tokens=12,
+        temperature=0,
+        extra_body={"stop_token_ids": [ids[stop_at]]},
+    ).choices[0]
+    assert (cut.text, cut.finish_reason) == ("".join(e["token"] for e in entries[: stop_at + 1]), "stop")
+
+    # OpenAI's logit_bias: +100 makes a token every token, -100 bans one
+    options = {"model": "specbatch", "prompt": SEA_PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 0}
+    forced = client.completions.create(logit_bias={str(ids[stop_at]): 100}, **options).choices[0]
+    assert forced.logprobs.tokens == [entries[stop_at]["token"]] * 4
+    banned = client.completions.create(logit_bias={str(ids[0]): -100}, **options).choices[0]
+    assert banned.logprobs.tokens[0] != entries[0]["token"]
+
+    # a streamed chat: each choice's log-probabilities in its last chunk
+    chunks = list(
+        client.chat.completions.create(
+            model="specbatch",
+            messages=[{"role": "user", "content": SEA_PROMPT}],
+            max_tokens=12,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    choices = [c.choices[0] for c in chunks if c.choices]
+    content = [t for choice in choices if choice.logprobs for t in choice.logprobs.content]
+    assert len(content) == chunks[-1].usage.completion_tokens > 0
+    listed = _without_end_of_sequence([t.token for t in content], choices[-1].finish_reason, tokenizer)
+    assert listed == "".join(choice.delta.content or "" for choice in choices)
+    assert all(len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob == t.logprob for t in content)
+    assert all(bytes(t.bytes).decode() == t.token for t in content)
+
+
+def test_a_presence_penalty_decodes_the_likeliest_token_after_it(client, server):
+    # negative: the tiny model's answer to SEA_PROMPT repeats no token in 24, so a
+    # positive penalty would never act there
+    body = {
+        "text_input": [SEA_PROMPT, SEA_PROMPT],
+        "max_tokens": 24,
+        "temperature": [0.0],
+        "logprobs": [20],
+        "presence_penalty": [-2.0, 0.0],
+        "ignore_eos": [True],
+    }
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/models/specbatch/generate", data=json.dumps(body).encode()
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        outputs = json.load(answer)
+    penalized, plain = (json.loads(text) for text in outputs["token_logprobs"])
+    for j, entry in enumerate(penalized):
+        seen = {e["id"] for e in penalized[:j]}
+        after = {a["id"]: a["logprob"] + 2.0 * (a["id"] in seen) for a in entry["top_logprobs"]}
+        assert entry["logprob"] + 2.0 * (entry["id"] in seen) >= max(after.values()), j
+    assert all(e["id"] == e["top_logprobs"][0]["id"] for e in plain), "no penalty: the raw argmax"
+    assert [e["id"] for e in penalized] != [e["id"] for e in plain], "the penalty acted"
+    over_openai = client.completions.create(
+        model="specbatch",
+        prompt=SEA_PROMPT,
+        max_tokens=24,
+        temperature=0,
+        presence_penalty=-2.0,
+        extra_body={"ignore_eos": True},
+    )
+    assert over_openai.choices[0].text == outputs["text_output"][0]
+
+
+def test_min_p_of_one_samples_only_the_likeliest_token(client):
+    options = {"model": "specbatch", "prompt": SEA_PROMPT, "max_tokens": 12}
+    greedy = client.completions.create(temperature=0, **options).choices[0].text
+    sampled = client.completions.create(temperature=1.0, extra_body={"min_p": 1.0}, **options).choices[0].text
+    assert sampled == greedy
+
+
+def test_echo_and_best_of_as_vllm_serves_them(client):
+    options = {"model": "specbatch", "prompt": SEA_PROMPT, "max_tokens": 8}
+    plain = client.completions.create(temperature=0, **options).choices[0].text
+    echoed = client.completions.create(temperature=0, echo=True, **options)
+    assert echoed.choices[0].text == SEA_PROMPT + plain
+    streamed = client.completions.create(temperature=0, echo=True, stream=True, **options)
+    assert "".join(chunk.choices[0].text for chunk in streamed) == SEA_PROMPT + plain
+    best = client.completions.create(temperature=1.0, seed=5, best_of=4, n=2, logprobs=0, **options)
+    totals = [sum(c.logprobs.token_logprobs) for c in best.choices]
+    assert len(totals) == 2 and totals[0] >= totals[1], "the likeliest copies, likeliest first"
+    assert best.usage.completion_tokens > sum(len(c.logprobs.tokens) for c in best.choices), "all four"
+
+
 def test_chat_routes_like_generate(client):
     graph = client.chat.completions.create(
         model="specbatch", messages=[{"role": "user", "content": GRAPH_PROMPT}], max_tokens=16
@@ -254,7 +384,7 @@ def test_a_stop_string_ends_the_text_before_it(client):
         ({"prompt": INFOBENCH_PROMPT, "n": 0}, "n"),
         ({"prompt": INFOBENCH_PROMPT, "temperature": -1}, "temperature"),
         ({"prompt": [1, 2, 3]}, "prompt"),
-        ({"prompt": INFOBENCH_PROMPT, "logprobs": 2}, "logprobs"),
+        ({"prompt": INFOBENCH_PROMPT, "logprobs": 21}, "logprobs"),
     ],
 )
 def test_a_bad_request_gets_a_400_in_openai_format(client, arguments, param):

@@ -269,3 +269,25 @@ def test_ambiguous_prompts_are_routed_by_the_draft_model(server):
     assert answer.model_instance  # the draft model ran on an instance to place it
     assert answer.task in ("graph", "mmlu", "infobench")
     assert answer.error == "" or answer.task == "graph"
+
+
+def test_logprobs_and_penalties_reach_the_pipeline_over_http_and_grpc(server):
+    options = GenerationOptions(max_tokens=10, temperature=0.0, logprobs=2)
+    prompts = [SEA_PROMPT, GRAPH_PROMPT]
+    over_http, over_grpc = (client_for(server, p).generate(prompts, options) for p in ("http", "grpc"))
+    assert [(a.text, a.token_logprobs) for a in over_http] == [(a.text, a.token_logprobs) for a in over_grpc]
+    generated, computed = over_http
+    assert computed.token_logprobs is None, "a computed answer has no token log-probabilities"
+    assert len(generated.token_logprobs) == generated.num_output_tokens
+    for entry in generated.token_logprobs:
+        best = entry["top_logprobs"][0]
+        assert len(entry["top_logprobs"]) == 2
+        assert (best["id"], best["logprob"]) == (entry["id"], entry["logprob"]), "greedy: the likeliest token"
+    silent_options = GenerationOptions(max_tokens=10, temperature=0.0)
+    [silent] = client_for(server, "grpc").generate([SEA_PROMPT], silent_options)
+    assert silent.token_logprobs is None and silent.text == generated.text
+    penalized = GenerationOptions(
+        max_tokens=10, temperature=0.0, presence_penalty=-2.0, repetition_penalty=0.9
+    )
+    texts = {client_for(server, p).generate([SEA_PROMPT], penalized)[0].text for p in ("http", "grpc")}
+    assert len(texts) == 1 and generated.text not in texts, "the penalties reached the model, over both"

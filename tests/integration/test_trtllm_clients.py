@@ -2,7 +2,8 @@
 
 GenAI-Perf (`--service-kind triton --backend tensorrtllm --streaming`) turns each prompt
 into `text_input`, `max_tokens`, `exclude_input_in_output` and `stream`, each one value
-per request (genai_perf/inputs/converters/tensorrtllm_converter.py), and reads
+per request (genai_perf/inputs/converters/tensorrtllm_converter.py; with
+`--output-tokens-mean-deterministic`, `min_length` equal to `max_tokens` too), and reads
 `text_output` from every response of the gRPC stream. perf_analyzer, the binary it
 drives, is not on PyPI, so the payload is sent here the way it would send it.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import INFOBENCH_PROMPT, GrpcStream, grpc_generate
+from helpers import INFOBENCH_PROMPT, SEA_PROMPT, GrpcStream, grpc_generate
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +26,22 @@ def genai_perf_payload(prompt: str, max_tokens: int, exclude_input: bool = True)
     }
 
 
+def _streamed(url: str, payload: dict) -> tuple[list[str], dict]:
+    """A streamed request's text pieces, the final response's included, and that response."""
+    stream = GrpcStream(url)
+    try:
+        stream.send("genai-perf", payload)
+        pieces = []
+        while True:
+            _, outputs, final, error = stream.next()
+            assert error is None
+            pieces.append(outputs["text_output"][0])
+            if final:
+                return pieces, outputs
+    finally:
+        stream.close()
+
+
 def test_genai_perfs_tensorrt_llm_payload_streams_text_output(server):
     whole, error = grpc_generate(
         server.grpc_url,
@@ -34,18 +51,7 @@ def test_genai_perfs_tensorrt_llm_payload_streams_text_output(server):
         },
     )
     assert error is None
-    stream = GrpcStream(server.grpc_url)
-    try:
-        stream.send("genai-perf-0", genai_perf_payload(INFOBENCH_PROMPT, 16))
-        pieces = []
-        while True:
-            _, outputs, final, error = stream.next()
-            assert error is None
-            pieces.append(outputs["text_output"][0])
-            if final:
-                break
-    finally:
-        stream.close()
+    pieces, _ = _streamed(server.grpc_url, genai_perf_payload(INFOBENCH_PROMPT, 16))
     assert len(pieces) > 2 and pieces[-1] == ""
     assert "".join(pieces) == whole["text_output"][0]
 
@@ -53,3 +59,13 @@ def test_genai_perfs_tensorrt_llm_payload_streams_text_output(server):
 def test_asking_for_the_prompt_in_the_output_is_refused(server):
     _, error = grpc_generate(server.grpc_url, genai_perf_payload(INFOBENCH_PROMPT, 4, exclude_input=False))
     assert error is not None and "exclude_input_in_output=false is not supported" in error
+
+
+
+
+def test_genai_perfs_deterministic_lengths_hold_end_of_sequence_back(server):
+    free_pieces, free = _streamed(server.grpc_url, genai_perf_payload(SEA_PROMPT, 24))
+    assert free["num_output_tokens"][0] < 24, "the prompt's answer ends by itself sooner"
+    payload = {**genai_perf_payload(SEA_PROMPT, 24), "min_length": np.array([24], dtype=np.int32)}
+    pieces, held = _streamed(server.grpc_url, payload)
+    assert held["num_output_tokens"][0] == 24 and "".join(pieces).startswith("".join(free_pieces))

@@ -107,6 +107,38 @@ def test_rows_stop_at_eos_with_the_eos_token_last(mode: str, pair) -> None:
 
 
 @pytest.mark.parametrize("mode", ["speculative", "target_only"])
+def test_stop_token_ids_end_their_rows_at_the_first_such_token_even_past_ignore_eos(mode: str, pair) -> None:
+    rows = prompts(6, pair.vocab_size, seed=5, min_len=3, max_len=20)
+    free = Engine(pair, lookahead=4).generate([GenerationRequest(p, max_new_tokens=30) for p in rows])
+    stop = free[0].tokens[5]  # a token row 0 makes sixth; the others may make it or not
+    asks = [index % 3 != 2 for index in range(len(rows))]
+    results = Engine(pair, lookahead=4).generate(
+        [
+            GenerationRequest(p, max_new_tokens=30, stop_token_ids=[stop] if a else [], ignore_eos=True)
+            for p, a in zip(rows, asks, strict=True)
+        ],
+        mode=mode,
+    )
+    for free_result, result, asked in zip(free, results, asks, strict=True):
+        if asked and stop in free_result.tokens:
+            assert result.tokens == free_result.tokens[: free_result.tokens.index(stop) + 1]
+            assert result.finish_reason == "stop"
+        else:
+            assert (result.tokens, result.finish_reason) == (free_result.tokens, "length")
+    assert results[0].num_output_tokens <= 6
+    least = Engine(pair, lookahead=4).generate(
+        [GenerationRequest(rows[0], max_new_tokens=30, stop_token_ids=[stop], min_tokens=6)], mode=mode
+    )[0]
+    later = [i + 1 for i, t in enumerate(free[0].tokens) if t == stop and i + 1 > 6]
+    assert least.tokens == free[0].tokens[: later[0]] if later else least.tokens == free[0].tokens
+
+
+def test_stop_token_ids_outside_the_vocabulary_are_refused(pair) -> None:
+    with pytest.raises(UnrunnableRequestError, match="stop_token_ids"):
+        Engine(pair).validate(GenerationRequest([5, 6], stop_token_ids=[pair.vocab_size]))
+
+
+@pytest.mark.parametrize("mode", ["speculative", "target_only"])
 def test_a_row_that_ignores_eos_runs_to_its_budget_beside_rows_that_stop(mode: str, pair) -> None:
     rows, reference, stopping, eos = free_run_and_a_pair_that_stops(pair)
     ignoring = [index % 2 == 0 for index in range(len(rows))]

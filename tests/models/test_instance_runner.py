@@ -3,6 +3,7 @@ rows, and `Step` and `Done` messages come back (a real engine over the tiny pair
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -232,3 +233,26 @@ def test_a_row_ends_before_its_stop_string_and_never_streams_past_it(instance, r
     assert outcome.text == full[: full.find(stop)] and outcome.finish_reason == "stop"
     streamed = "".join(inbox.deltas(1))
     assert outcome.text.startswith(streamed), "a delta never runs past where the final text ends"
+
+
+def test_a_row_reports_its_logprobs_and_a_row_whose_report_fails_still_gets_one_done(instance, reference):
+    runner, inbox = instance
+    run(runner, RowWork(row=1, kind=GENERATE, prompt=OTHER, max_tokens=6, logprobs=2))
+    [reported] = inbox.wait_done({1})[1]
+    entries = json.loads(reported.logprobs)
+    assert [e["id"] for e in entries] == greedy(reference, OTHER, 6).tokens
+    assert all(len(e["top_logprobs"]) == 2 and e["token"] for e in entries)
+
+    def broken(token: int) -> str:
+        raise RuntimeError("no text for this token")
+
+    runner._token_text = broken
+    run(
+        runner,
+        RowWork(row=2, kind=GENERATE, prompt=OTHER, max_tokens=6, logprobs=2),
+        RowWork(row=3, kind=GENERATE, prompt=INFOBENCH, max_tokens=6),
+    )
+    done = inbox.wait_done({2, 3})
+    [failed], [fine] = done[2], done[3]
+    assert failed.finish_reason == "error" and "no text for this token" in failed.error
+    assert fine.error == "" and fine.logprobs == "" and fine.text == greedy(reference, INFOBENCH, 6).text

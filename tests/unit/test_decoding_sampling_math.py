@@ -164,3 +164,14 @@ def test_a_64_bit_seed_keeps_all_its_bits_on_the_device() -> None:
     tensor = torch.tensor([counter_random.as_int64(s) for s in seeds], dtype=torch.long)
     draws = counter_random.uniforms(tensor, torch.zeros(len(seeds), 1, dtype=torch.long), counter_random.NEXT)
     assert len(set(draws[:, 0].tolist())) == len(seeds)
+
+
+def test_min_p_drops_the_tokens_under_its_share_of_the_likeliest_and_renormalises() -> None:
+    shares = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
+    logits = torch.log(shares).expand(2, 1, 4)
+    params = SamplingTensors.from_lists([1.0, 1.0], [1.0, 1.0], [0, 0], torch.device("cpu"), min_p=[0.4, 0.0])
+    features = SamplingFeatures.of([1.0, 1.0], [1.0, 1.0], [0, 0], [False, False], 4, min_p=[0.4, 0.0])
+    for probs in (probabilities(logits, params, features), probabilities(logits, params)):
+        torch.testing.assert_close(probs[0, 0], torch.tensor([0.625, 0.375, 0.0, 0.0], dtype=torch.float64))
+        torch.testing.assert_close(probs[1, 0], torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64))
+    assert not SamplingFeatures.of([0.0], [1.0], [0], [False], 4, min_p=[0.4]).min_p, "greedy ignores it"

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specbatch.logprobs import TokenLogprob, to_json
 from specbatch.openai.errors import OpenAIError, from_pipeline
 from specbatch.openai.requests import copy_seed, parse_chat, parse_completion
 from specbatch.openai.responses import Reply
@@ -64,30 +65,43 @@ def test_a_chat_is_its_last_user_turn_plus_the_earlier_turns():
         ({"model": "m", "prompt": "x", "n": 1.5}, "n"),
         ({"model": "m", "prompt": ["x", "y"], "n": 33}, "n"),
         ({"model": "m", "prompt": ["x"] * 65}, "prompt"),
-        ({"model": "m", "prompt": "x", "best_of": 2}, "best_of"),
+        ({"model": "m", "prompt": "x", "best_of": 2, "n": 3}, "best_of"),
+        ({"model": "m", "prompt": "x", "best_of": 2, "stream": True}, "best_of"),
+        ({"model": "m", "prompt": ["x"] * 9, "best_of": 8}, "n"),
         ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"),
         ({"model": "m", "prompt": "x", "top_p": 0}, "top_p"),
         ({"model": "m", "prompt": "x", "temperature": 2.5}, "temperature"),
         ({"model": "m", "prompt": "x", "stop": [1]}, "stop"),
         ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
-        ({"model": "m", "prompt": "x", "echo": True}, "echo"),
+        ({"model": "m", "prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+        ({"model": "m", "prompt": "x", "echo": "yes"}, "echo"),
         ({"model": "m", "prompt": "x", "ignore_eos": "true"}, "ignore_eos"),
         ({"model": "m", "prompt": "x", "min_tokens": -1}, "min_tokens"),
         ({"model": "m", "prompt": "x", "min_tokens": 9, "max_tokens": 8}, "min_tokens"),
         ({"model": "m", "prompt": "x", "min_tokens": 2.0}, "min_tokens"),
         ({"model": "m", "prompt": "x", "self_refine": "yes"}, "self_refine"),
-        ({"model": "m", "prompt": "x", "frequency_penalty": 0.5}, "frequency_penalty"),
-        ({"model": "m", "prompt": "x", "presence_penalty": -1}, "presence_penalty"),
-        ({"model": "m", "prompt": "x", "repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"model": "m", "prompt": "x", "frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"model": "m", "prompt": "x", "presence_penalty": "1"}, "presence_penalty"),
+        ({"model": "m", "prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+        ({"model": "m", "prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
+        ({"model": "m", "prompt": "x", "logit_bias": {"the": 1}}, "logit_bias"),
+        ({"model": "m", "prompt": "x", "logit_bias": [5, 1]}, "logit_bias"),
         ({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}}, "response_format"),
         ({"model": "m", "prompt": "x", "tool_choice": "required"}, "tool_choice"),
-        ({"model": "m", "prompt": "x", "min_p": 0.1}, "min_p"),
+        ({"model": "m", "prompt": "x", "min_p": 1.1}, "min_p"),
         ({"model": "m", "prompt": "x", "guided_choice": ["a", "b"]}, "guided_choice"),
         ({"model": "m", "prompt": "x", "top_k": -2}, "top_k"),
         ({"model": "m", "prompt": "x", "top_k": 2.5}, "top_k"),
         ({"model": "m", "prompt": "x", "seed": 1.5}, "seed"),
         ({"model": "m", "prompt": "x", "seed": True}, "seed"),
         ({"model": "m", "prompt": "x", "seed": 1 << 64}, "seed"),
+        ({"model": "m", "prompt": "x", "stop_token_ids": 5}, "stop_token_ids"),
+        ({"model": "m", "prompt": "x", "stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"model": "m", "prompt": "x", "stop_token_ids": list(range(17))}, "stop_token_ids"),
+        ({"model": "m", "prompt": "x", "logprobs": 21}, "logprobs"),
+        ({"model": "m", "prompt": "x", "logprobs": -1}, "logprobs"),
+        ({"model": "m", "prompt": "x", "logprobs": True}, "logprobs"),
+        ({"model": "m", "prompt": "x", "top_logprobs": 2}, "top_logprobs"),
     ],
 )
 def test_bad_completions_name_the_parameter(body, param):
@@ -359,3 +373,161 @@ def test_aiohttps_own_refusals_come_in_openais_error_format():
     refused = (unknown, wrong_method, too_large)
     assert {body["error"]["type"] for _, body in refused} == {"invalid_request_error"}
     assert models[0] == 200 and [card["id"] for card in models[1]["data"]] == ["specbatch"]
+
+
+def _routed_one() -> dict[str, np.ndarray]:
+    return {
+        "routed_task": np.array([[b"infobench"]], dtype=np.object_),
+        "route_error": np.array([[b""]], dtype=np.object_),
+    }
+
+
+def test_logprobs_are_asked_of_the_pipeline_as_each_endpoint_spells_them():
+    user = [{"role": "user", "content": "u"}]
+    asked = {
+        parse_completion({"model": "m", "prompt": "x", "logprobs": 3}).logprobs: 3,
+        parse_completion({"model": "m", "prompt": "x", "logprobs": 0}).logprobs: 0,
+        parse_chat({"model": "m", "messages": user, "logprobs": True, "top_logprobs": 5}).logprobs: 5,
+        parse_chat({"model": "m", "messages": user, "logprobs": True}).logprobs: 0,
+    }
+    assert all(got == want for got, want in asked.items())
+    for off in (
+        parse_completion({"model": "m", "prompt": "x"}),
+        parse_completion({"model": "m", "prompt": "x", "logprobs": None}),
+        parse_chat({"model": "m", "messages": user, "logprobs": False, "top_logprobs": 0}),
+    ):
+        assert off.logprobs is None and "logprobs" not in scheduler_arrays(off, _routed_one())
+    call = parse_chat({"model": "m", "messages": user, "logprobs": True, "top_logprobs": 2})
+    assert scheduler_arrays(call, _routed_one())["logprobs"].tolist() == [[2]]
+    for body, param in (
+        ({"logprobs": 1}, "logprobs"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ):
+        with pytest.raises(OpenAIError) as caught:
+            parse_chat({"model": "m", "messages": user, **body})
+        assert caught.value.body()["error"]["param"] == param
+
+
+# The pipeline's token_logprobs of a two-token answer " Hi" + "!", one alternative each,
+# as the instance writes them.
+TOKEN_LOGPROBS = to_json(
+    [TokenLogprob(7, -0.5, ((9, -0.25),)), TokenLogprob(3, -0.125, ((3, -0.125),))],
+    {7: " Hi", 9: " Hey", 3: "!"}.__getitem__,
+)
+
+
+def test_a_completions_logprobs_list_tokens_offsets_and_the_chosen_token_among_its_alternatives():
+    call = parse_completion({"model": "m", "prompt": ["a", "b"], "logprobs": 1})
+    reply = Reply(call)
+    outcomes = [
+        Outcome(" Hi!", "infobench", "length", "", 3, 2, TOKEN_LOGPROBS),
+        Outcome("submit_paths(...)", "graph", "stop", "", 0, 0),
+    ]
+    choices = reply.complete(outcomes)["choices"]
+    assert choices[0]["logprobs"] == {
+        "tokens": [" Hi", "!"],
+        "token_logprobs": [-0.5, -0.125],
+        "top_logprobs": [{" Hi": -0.5, " Hey": -0.25}, {"!": -0.125}],
+        "text_offset": [0, 3],
+    }
+    assert choices[1]["logprobs"] is None, "a computed answer has no token log-probabilities"
+    end = reply.chunk(0, None, "length", logprobs=reply.logprobs(outcomes[0]))
+    assert end["choices"][0]["logprobs"] == choices[0]["logprobs"]
+
+
+def test_a_chats_logprobs_list_each_token_with_its_bytes_and_alternatives():
+    call = parse_chat({"model": "m", "messages": [{"role": "user", "content": "u"}], "logprobs": True})
+    content = Reply(call).complete([Outcome(" Hi!", "infobench", "stop", "", 9, 2, TOKEN_LOGPROBS)])
+    assert content["choices"][0]["logprobs"]["content"] == [
+        {
+            "token": " Hi",
+            "logprob": -0.5,
+            "bytes": [32, 72, 105],
+            "top_logprobs": [{"token": " Hey", "logprob": -0.25, "bytes": [32, 72, 101, 121]}],
+        },
+        {
+            "token": "!",
+            "logprob": -0.125,
+            "bytes": [33],
+            "top_logprobs": [{"token": "!", "logprob": -0.125, "bytes": [33]}],
+        },
+    ]
+
+
+def test_stop_token_ids_reach_the_scheduler_as_one_list_for_every_prompt():
+    call = parse_completion({"model": "m", "prompt": ["x", "y"], "stop_token_ids": [7, 151645]})
+    assert call.stop_token_ids == (7, 151645)
+    routed = {name: np.repeat(array, 2, axis=1) for name, array in _routed_one().items()}
+    assert scheduler_arrays(call, routed)["stop_token_ids"].tolist() == [[7, 151645]]
+    plain = parse_completion({"model": "m", "prompt": "x"})
+    assert "stop_token_ids" not in scheduler_arrays(plain, _routed_one())
+
+
+def test_penalties_reach_the_scheduler_only_when_set():
+    call = parse_chat(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "u"}],
+            "presence_penalty": 1.5,
+            "frequency_penalty": -0.5,
+            "repetition_penalty": 1.1,
+        }
+    )
+    arrays = scheduler_arrays(call, _routed_one())
+    assert "min_p" not in arrays
+    assert arrays["presence_penalty"].tolist() == [[1.5]] and arrays["frequency_penalty"].tolist() == [[-0.5]]
+    assert arrays["repetition_penalty"].dtype == np.float32 and arrays["repetition_penalty"].shape == (1, 1)
+    plain = scheduler_arrays(parse_completion({"model": "m", "prompt": "x"}), _routed_one())
+    assert not {"presence_penalty", "frequency_penalty", "repetition_penalty"} & set(plain)
+
+
+def test_min_p_reaches_the_scheduler_as_vllm_names_it():
+    call = parse_completion({"model": "m", "prompt": "x", "min_p": 0.05, "temperature": 0.7})
+    assert call.min_p == 0.05
+    assert scheduler_arrays(call, _routed_one())["min_p"].tolist() == [[pytest.approx(0.05)]]
+
+
+def _with_logprobs(text: str, values: list[float]) -> Outcome:
+    tokens = [TokenLogprob(i, value) for i, value in enumerate(values)]
+    return Outcome(text, "infobench", "length", "", 4, len(values), to_json(tokens, str))
+
+
+def test_best_of_runs_every_copy_and_keeps_the_n_likeliest_of_each_prompt():
+    call = parse_completion({"model": "m", "prompt": ["a", "b"], "best_of": 3, "n": 2, "temperature": 1})
+    assert call.copies == 3 and call.prompts == ("a",) * 3 + ("b",) * 3
+    arrays = scheduler_arrays(call, {k: np.repeat(v, 6, axis=1) for k, v in _routed_one().items()})
+    assert arrays["logprobs"].tolist() == [[0]], "the pipeline reports what the copies are ranked by"
+    outcomes = [
+        _with_logprobs("a0", [-1.0, -1.0]),
+        _with_logprobs("a1", [-0.5]),
+        _with_logprobs("a2", [-0.2, -0.2]),
+        _with_logprobs("b0", [-3.0]),
+        _with_logprobs("b1", [-2.0]),
+        _with_logprobs("b2", [-2.5]),
+    ]
+    reply = Reply(call).complete(outcomes)
+    assert [c["text"] for c in reply["choices"]] == ["a2", "a1", "b1", "b2"]
+    assert all(c["logprobs"] is None for c in reply["choices"]), "the client asked for none"
+    assert reply["usage"] == {"prompt_tokens": 8, "completion_tokens": 8, "total_tokens": 16}, "every copy"
+    assert parse_completion({"model": "m", "prompt": "x", "best_of": 1}).best_of is None
+
+
+def test_echo_puts_each_prompt_before_its_completion():
+    call = parse_completion({"model": "m", "prompt": ["Say hi.", "Say bye."], "echo": True, "n": 2})
+    reply = Reply(call).complete([Outcome(t, "infobench", "stop", "", 3, 1) for t in ("1", "2", "3", "4")])
+    assert [c["text"] for c in reply["choices"]] == ["Say hi.1", "Say hi.2", "Say bye.3", "Say bye.4"]
+    for body in ({"echo": True}, {"best_of": 2}):
+        with pytest.raises(OpenAIError) as caught:
+            parse_chat({"model": "m", "messages": [{"role": "user", "content": "u"}], **body})
+        assert caught.value.body()["error"]["param"] == next(iter(body))
+
+
+def test_logit_bias_reaches_the_scheduler_as_ids_and_values():
+    call = parse_completion({"model": "m", "prompt": "x", "logit_bias": {"50256": -100, "7": 2.5}})
+    assert call.logit_bias == ((50256, -100.0), (7, 2.5))
+    arrays = scheduler_arrays(call, _routed_one())
+    assert arrays["logit_bias_ids"].tolist() == [[50256, 7]]
+    assert arrays["logit_bias_values"].tolist() == [[-100.0, 2.5]]
+    plain = parse_completion({"model": "m", "prompt": "x"})
+    assert "logit_bias_ids" not in scheduler_arrays(plain, _routed_one())

@@ -96,8 +96,7 @@ def test_undirected_graph_with_dash_edges():
 
 def test_directed_edges_are_one_way():
     edges = "0 -> 1, weight: 1\n2 -> 1, weight: 1"
-    with pytest.raises(GraphError, match="no path from node 0 to node 2"):
-        solve_graph(directed_prompt(edges, 1, 0, 2, 3))
+    assert solve_graph(directed_prompt(edges, 1, 0, 2, 3)) == "submit_paths(paths=[], weights=[])"
 
 
 def test_crlf_upper_case_and_indentation_parse_the_same():

@@ -78,8 +78,8 @@ def test_prompt_errors_keep_their_class_and_message():
         async with GraphSolverPool(workers=1) as pool:
             with pytest.raises(GraphLimitError, match="between 1 and 100, got 500"):
                 await pool.solve(SIMPLE.replace("top 2", "top 500"))
-            with pytest.raises(GraphError, match="no path from node 4 to node 0"):
-                await pool.solve(SIMPLE.replace("from node 0 to node 4", "from node 4 to node 0"))
+            with pytest.raises(GraphError, match="cannot read"):
+                await pool.solve(SIMPLE.replace("weight: 1\n", "weight: one\n", 1))
             assert await pool.solve(SIMPLE) == SIMPLE_ANSWER
             assert pool.restarts == 0
 

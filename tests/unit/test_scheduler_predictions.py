@@ -14,7 +14,7 @@ from specbatch.scheduling.admission import AdmissionConfig, AdmissionPolicy
 from specbatch.scheduling.load import InstanceLoad
 from specbatch.scheduling.requests import QueuedRequest
 from specbatch.serving.messages import RowOutcome, Run
-from specbatch.serving.params import ServingLimits
+from specbatch.serving.params import RequestError, ServingLimits
 from specbatch.serving.scheduler.core import SchedulerCore
 from specbatch.serving.scheduler.intake import RequestIntake, RoutedRequest
 from specbatch.serving.scheduler.setup import build_core_settings
@@ -120,6 +120,17 @@ def test_a_prompt_that_ignores_eos_is_queued_at_its_max_tokens():
     )
     assert policy.predicted[-1] == 40, "nothing ends it before its min_tokens"
     assert instance.runs[-1].rows[-1].min_tokens == 40
+
+    core.submit(  # TensorRT-LLM's name, as GenAI-Perf sends it for deterministic lengths
+        RoutedRequest(prompts=(INFOBENCH,), tasks=("infobench",), max_tokens=[48], min_length=[48]),
+        RecordingReply(),
+    )
+    assert policy.predicted[-1] == 48 and instance.runs[-1].rows[-1].min_tokens == 48
+    with pytest.raises(RequestError, match="min_length"):
+        core.submit(
+            RoutedRequest(prompts=(INFOBENCH,), tasks=("infobench",), min_tokens=[4], min_length=[4]),
+            RecordingReply(),
+        )
 
 
 def test_rows_that_ended_by_themselves_do():

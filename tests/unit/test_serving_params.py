@@ -9,7 +9,9 @@ from specbatch.serving.params import (
     RequestError,
     ServingLimits,
     broadcast,
+    decode_logit_bias,
     decode_prompt,
+    decode_stop_token_ids,
     decode_task_override,
     sampling_params,
 )
@@ -24,6 +26,11 @@ def test_defaults_fill_what_the_client_left_out():
     assert not params.ignore_eos, "a row stops at end-of-sequence unless told otherwise"
     assert sampling_params(LIMITS, ignore_eos=True).ignore_eos
     assert params.min_tokens == 0 and sampling_params(LIMITS, max_tokens=30, min_tokens=30).min_tokens == 30
+    assert params.logprobs is None, "no log-probabilities unless asked"
+    penalties = (params.presence_penalty, params.frequency_penalty, params.repetition_penalty)
+    assert penalties == (0.0, 0.0, 1.0), "no penalties unless asked"
+    assert params.min_p == 0.0 and sampling_params(LIMITS, min_p=0.1).min_p == 0.1
+    assert [sampling_params(LIMITS, logprobs=n).logprobs for n in (-1, 0, 20)] == [None, 0, 20]
 
 
 def test_a_seed_of_64_bits_is_kept_as_sent():
@@ -40,6 +47,11 @@ def test_a_seed_of_64_bits_is_kept_as_sent():
         ({"temperature": -0.1}, "temperature"),
         ({"min_tokens": 21}, r"min_tokens must lie in \[0, max_tokens=20\]"),
         ({"min_tokens": -1}, "min_tokens"),
+        ({"logprobs": 21}, r"logprobs must lie in \[0, 20\]"),
+        ({"presence_penalty": 2.5}, r"presence_penalty must lie in \[-2, 2\]"),
+        ({"min_p": 1.5}, r"min_p must lie in \[0, 1\]"),
+        ({"frequency_penalty": math.inf}, "frequency_penalty"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty must be a number > 0"),
         ({"temperature": math.nan}, "temperature"),
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
@@ -80,3 +92,18 @@ def test_task_override_accepts_known_tasks_and_blank():
 def test_limits_refuse_a_default_above_the_cap():
     with pytest.raises(ValueError, match="default_max_tokens"):
         ServingLimits(max_tokens_cap=10, default_max_tokens=11)
+
+
+def test_stop_token_ids_are_kept_in_order_and_bounded():
+    assert decode_stop_token_ids(None) == () and decode_stop_token_ids([9, 3]) == (9, 3)
+    for bad in ([-1], list(range(17))):
+        with pytest.raises(RequestError, match="stop_token_ids"):
+            decode_stop_token_ids(bad)
+
+
+def test_a_logit_bias_pairs_each_id_with_its_value_and_is_bounded():
+    assert decode_logit_bias(None, None) == ()
+    assert decode_logit_bias([9, 3], [1.0, -100.0]) == ((9, 1.0), (3, -100.0))
+    for ids, values in (([1, 2], [1.0]), ([-1], [1.0]), ([1], [100.5]), (list(range(301)), [0.0] * 301)):
+        with pytest.raises(RequestError, match="logit_bias"):
+            decode_logit_bias(ids, values)

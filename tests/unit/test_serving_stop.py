@@ -54,10 +54,12 @@ def test_every_generated_prompt_of_the_request_gets_the_stop_strings():
     assert failures == [] and [record.sampling.stop for record in state.prompts] == [(".",), (".",)]
 
 
-def test_stop_strings_round_trip_on_the_wire():
+def test_stop_strings_stop_tokens_and_logprobs_round_trip_on_the_wire():
     rows = [
         RowWork(1, GENERATE, "a", max_tokens=4, stop=("\n\n", "END")),
         RowWork(2, GENERATE, "b", max_tokens=4),
+        RowWork(3, GENERATE, "c", max_tokens=4, stop_token_ids=(7, 151645), logprobs=5),
+        RowWork(4, GENERATE, "d", max_tokens=4, logit_bias=((9, -100.0), (11, 2.5)), min_p=0.1),
     ]
     message = over_the_wire(Run(tuple(rows)))
     assert list(message.rows) == rows

@@ -24,7 +24,16 @@ from specbatch.triton.scheduler_metrics import SchedulerMetrics
 from specbatch.triton.strings import texts
 from specbatch.triton.tensors import FINAL, error_response, optional_array, required_array
 
-COLUMNS = (*SAMPLING_COLUMNS, *CHAT_COLUMNS, "stop_words", "self_refine")
+COLUMNS = (
+    *SAMPLING_COLUMNS,
+    *CHAT_COLUMNS,
+    "min_length",
+    "stop_words",
+    "stop_token_ids",
+    "logit_bias_ids",
+    "logit_bias_values",
+    "self_refine",
+)
 
 
 class TritonPythonModel:

@@ -10,6 +10,7 @@ load go out in one message — and once per finished row. A row the engine refus
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from specbatch import logprobs
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult
 from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.scoring import ChoiceScores
@@ -63,6 +65,12 @@ class InstanceRunner:
         self._lock = threading.Lock()
         self._row_left = threading.Condition(self._lock)
         self._rows: dict[int, _RunningRow] = {}
+        # each token's own text for the log-probabilities a row reports when it ends (on
+        # the engine's loop thread: up to 21 per output token), remembered, so at most
+        # one entry per token of the vocabulary
+        self._token_text = functools.lru_cache(maxsize=None)(
+            lambda token: engine.pair.tokenizer.decode([token])
+        )
         engine.step_hook = lambda: self._faults.before_step(self._rows.keys())
 
     def load(self) -> InstanceLoad:
@@ -128,10 +136,17 @@ class InstanceRunner:
                 temperature=work.temperature,
                 top_p=work.top_p,
                 top_k=work.top_k,
+                min_p=work.min_p,
                 seed=work.random_seed,
                 ignore_eos=work.ignore_eos,
                 min_tokens=work.min_tokens,
+                logprobs=work.logprobs,
                 stop=work.stop,
+                stop_token_ids=work.stop_token_ids,
+                logit_bias=work.logit_bias,
+                presence_penalty=work.presence_penalty,
+                frequency_penalty=work.frequency_penalty,
+                repetition_penalty=work.repetition_penalty,
                 deadline=deadline,
             )
             with self._lock:
@@ -172,7 +187,13 @@ class InstanceRunner:
         self._send(Step(first=tuple(first), deltas=tuple(deltas), load=self.load()))
 
     def on_finished(self, key: int, result: GenerationResult) -> None:
-        self._done(key, _outcome(result))
+        try:
+            outcome = _outcome(result, self._token_text)
+        except Exception as exc:  # the row still gets its one final answer
+            logger.exception("%s: reporting row %d failed", self._name, key)
+            outcome = RowOutcome.failed(f"{self._name}: reporting the row's result failed: {exc}")
+        self._done(key, outcome)
+
 
     def _scored(self, row: int, scores: ChoiceScores | None, error: str) -> None:
         if scores is None:
@@ -192,7 +213,7 @@ class InstanceRunner:
         self._send(Done(row=row, outcome=replace(outcome, instance=self._name), load=self.load()))
 
 
-def _outcome(result: GenerationResult) -> RowOutcome:
+def _outcome(result: GenerationResult, token_text: Callable[[int], str]) -> RowOutcome:
     return RowOutcome(
         text=result.text,
         finish_reason=result.finish_reason,
@@ -201,4 +222,5 @@ def _outcome(result: GenerationResult) -> RowOutcome:
         total_draft_tokens=result.total_draft_tokens,
         total_accepted_draft_tokens=result.total_accepted_draft_tokens,
         error=result.error,
+        logprobs="" if result.logprobs is None else logprobs.to_json(result.logprobs, token_text),
     )

@@ -409,10 +409,17 @@ class SchedulerCore:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
+            min_p=sampling.min_p,
             random_seed=sampling.random_seed,
             ignore_eos=sampling.ignore_eos,
             min_tokens=sampling.min_tokens,
+            logprobs=None if record.refines_next else sampling.logprobs,  # the refined answer's
             stop=sampling.stop,
+            stop_token_ids=sampling.stop_token_ids,
+            logit_bias=sampling.logit_bias,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            repetition_penalty=sampling.repetition_penalty,
             stream=sampling.stream and not record.refines_next,  # a first answer is not the answer
             seconds_left=seconds_left,
         )

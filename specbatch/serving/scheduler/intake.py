@@ -20,7 +20,9 @@ from specbatch.serving.params import (
     RequestError,
     ServingLimits,
     broadcast,
+    decode_logit_bias,
     decode_prompt,
+    decode_stop_token_ids,
     decode_stop_words,
     sampling_params,
 )
@@ -31,7 +33,20 @@ from specbatch.serving.target_text import TargetText
 MAX_PROMPTS_PER_REQUEST = 64
 MAX_PROMPT_BYTES = 1 << 20
 # per-prompt inputs ([1] or [N]): the sampling parameters, then the chat format
-SAMPLING_COLUMNS = ("max_tokens", "temperature", "top_p", "top_k", "random_seed", "ignore_eos", "min_tokens")
+SAMPLING_COLUMNS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "random_seed",
+    "ignore_eos",
+    "min_tokens",
+    "logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
 CHAT_COLUMNS = ("chat", "enable_thinking", "chat_history")
 
 
@@ -46,15 +61,24 @@ class RoutedRequest:
     temperature: Sequence[float] | None = None
     top_p: Sequence[float] | None = None
     top_k: Sequence[int] | None = None
+    min_p: Sequence[float] | None = None
     random_seed: Sequence[int] | None = None
     ignore_eos: Sequence[bool] | None = None
     min_tokens: Sequence[int] | None = None
+    min_length: Sequence[int] | None = None  # TensorRT-LLM's name of min_tokens
+    logprobs: Sequence[int] | None = None
+    presence_penalty: Sequence[float] | None = None
+    frequency_penalty: Sequence[float] | None = None
+    repetition_penalty: Sequence[float] | None = None
     stream: bool = False
     timeout_s: float | None = None
     chat: Sequence[bool] | None = None
     enable_thinking: Sequence[bool] | None = None
     chat_history: Sequence[bytes | str] | None = None
     stop_words: Sequence[bytes | str] | None = None
+    stop_token_ids: Sequence[int] | None = None
+    logit_bias_ids: Sequence[int] | None = None
+    logit_bias_values: Sequence[float] | None = None
     self_refine: Sequence[bool] | None = None
 
 
@@ -91,12 +115,18 @@ class RequestIntake:
                 f"text_input holds {count} prompts; at most {MAX_PROMPTS_PER_REQUEST} per request"
             )
         columns = {name: broadcast(getattr(request, name), count, name) for name in SAMPLING_COLUMNS}
+        if request.min_length is not None:
+            if request.min_tokens is not None:
+                raise RequestError("min_tokens and min_length are one input (vLLM's, TensorRT-LLM's name)")
+            columns["min_tokens"] = broadcast(request.min_length, count, "min_length")
         route_errors = (
             broadcast(request.route_errors, count, "route_error") if request.route_errors else [""] * count
         )
         chat_columns = {name: broadcast(getattr(request, name), count, name) for name in CHAT_COLUMNS}
         refine = broadcast(request.self_refine, count, "self_refine") or [False] * count
         stop = decode_stop_words(request.stop_words)
+        stop_token_ids = decode_stop_token_ids(request.stop_token_ids)
+        logit_bias = decode_logit_bias(request.logit_bias_ids, request.logit_bias_values)
         tasks = broadcast(request.tasks, count, "task")
         now = self._clock()
         state = RequestState(
@@ -121,6 +151,8 @@ class RequestIntake:
                     self._limits,
                     stream=request.stream,
                     stop=stop,
+                    stop_token_ids=stop_token_ids,
+                    logit_bias=logit_bias,
                     **{k: (v[index] if v else None) for k, v in columns.items()},
                 )
                 self.prepare(record, decode_prompt(raw), tasks[index], _chat_format(index, **chat_columns))
