@@ -1,9 +1,14 @@
 """An engine keeps the memory its passes free: decoding a batch of 32 rows it has decoded
-before pages in a small fraction of what it pages in with glibc's default malloc
-thresholds, where every pass maps or trims its buffers and faults them in again. Each
-setting runs in its own interpreter (the thresholds are process-wide) and reports the
-fewest pages of three repeats: a repeat whose new loop thread lands on an arena it has
-not used before pages that arena in once (host_memory), which says nothing of the passes."""
+before pages in next to nothing, where with glibc's default malloc thresholds a pass may
+map or trim its buffers and fault them in again. The decoding runs in its own
+interpreter (the thresholds are process-wide) and reports the fewest pages of three
+repeats: a repeat whose new loop thread lands on an arena it has not used before pages
+that arena in once (host_memory), which says nothing of the passes.
+
+The bound is absolute, not a share of what glibc's defaults page in: the defaults adapt
+their thresholds as blocks are freed, and in some runs they settle as well (22 pages
+against 18 kept in one run on the 2-core VM, 2,102-307,356 against 5-8 in six others), so
+no share holds in every run. `scripts/bench_host_memory.py` compares the two."""
 
 from __future__ import annotations
 
@@ -16,6 +21,9 @@ from pathlib import Path
 import pytest
 
 from specbatch.decoding.host_memory import OPT_OUT_ENV, USER_MALLOC_SETTINGS
+
+# 1 MiB of 4 KiB pages
+MOST_PAGES_KEPT = 256
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
 
@@ -48,13 +56,15 @@ print(min(paged_in))
 """
 
 
-def _minor_faults_decoding(models: Path, **environment: str) -> int:
+def _minor_faults_decoding(models: Path) -> int:
+    """Pages faulted in decoding the batch again, under the settings an engine makes (a
+    user's own malloc settings and the opt-out left out of the environment)."""
     inherited = {
         name: value for name, value in os.environ.items() if name not in (*USER_MALLOC_SETTINGS, OPT_OUT_ENV)
     }
     done = subprocess.run(
         [sys.executable, "-c", DECODE, str(models)],
-        env={**inherited, **environment},
+        env=inherited,
         capture_output=True,
         text=True,
         check=True,
@@ -63,9 +73,6 @@ def _minor_faults_decoding(models: Path, **environment: str) -> int:
     return int(done.stdout.split()[-1])
 
 
-def test_decoding_pages_in_a_fraction_of_what_glibcs_defaults_do(tiny_pair_dir: Path) -> None:
-    kept = _minor_faults_decoding(tiny_pair_dir)
-    by_default = _minor_faults_decoding(tiny_pair_dir, **{OPT_OUT_ENV: "0"})
-    # measured on the 2-core VM (six runs, four with both cores busy elsewhere): 5-8 kept
-    # against 2,102-307,356 by default
-    assert kept * 8 <= by_default, (kept, by_default)
+def test_decoding_a_batch_again_pages_in_next_to_nothing(tiny_pair_dir: Path) -> None:
+    # measured on the 2-core VM (seven runs, four with both cores busy elsewhere): 5-18
+    assert _minor_faults_decoding(tiny_pair_dir) <= MOST_PAGES_KEPT
