@@ -13,7 +13,7 @@ import queue
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +51,27 @@ class GenerationOptions:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+    # the answer ends before the first of these strings, which it leaves out (TensorRT-LLM's
+    # stop_words: at most 16, each up to 256 characters)
+    stop: Sequence[str] | None = None
+    # the answer ends at the first of these token ids, as at end-of-sequence (vLLM's
+    # stop_token_ids: at most 16)
+    stop_token_ids: Sequence[int] | None = None
+    # added to these token ids' logits before sampling, -100 to 100 (OpenAI's logit_bias:
+    # -100 bans a token, 100 all but forces it; at most 300 ids)
+    logit_bias: Mapping[int, float] | None = None
+
+    def list_inputs(self) -> dict[str, tuple[list, type]]:
+        """The request-wide list options as inputs: name -> (values, numpy dtype)."""
+        inputs: dict[str, tuple[list, type]] = {}
+        if self.stop:
+            inputs["stop_words"] = ([str(s) for s in self.stop], np.object_)
+        if self.stop_token_ids:
+            inputs["stop_token_ids"] = ([int(i) for i in self.stop_token_ids], np.int32)
+        if self.logit_bias:
+            inputs["logit_bias_ids"] = ([int(i) for i in self.logit_bias], np.int32)
+            inputs["logit_bias_values"] = ([float(v) for v in self.logit_bias.values()], np.float32)
+        return inputs
 
 
 # the options sent as inputs of the same name, one value for every prompt of the request,
@@ -148,6 +169,8 @@ class SpecbatchClient:
             value = getattr(options, name)
             if value is not None:
                 body[name] = value
+        for name, (values, _) in options.list_inputs().items():
+            body[name] = values
         if options.task is not None:
             body["task_override"] = [options.task] * len(prompts)
         request = urllib.request.Request(
@@ -173,6 +196,9 @@ class SpecbatchClient:
         for name, dtype in OPTION_INPUTS.items():
             if (value := getattr(options, name)) is not None:
                 inputs.append(_grpc_input(grpcclient, name, np.array([[value]], dtype=dtype)))
+        for name, (values, dtype) in options.list_inputs().items():
+            encoded = [v.encode() for v in values] if dtype is np.object_ else values
+            inputs.append(_grpc_input(grpcclient, name, np.array([encoded], dtype=dtype)))
         if options.task is not None:
             inputs.append(
                 _grpc_input(

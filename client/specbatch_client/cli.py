@@ -34,6 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presence-penalty", type=float, help="on tokens already in the answer (-2 to 2)")
     parser.add_argument("--frequency-penalty", type=float, help="per occurrence in the answer (-2 to 2)")
     parser.add_argument("--repetition-penalty", type=float, help="on prompt and answer tokens (> 1: fewer)")
+    parser.add_argument("--stop", action="append", help="end the answer before this string (repeatable)")
+    parser.add_argument(
+        "--stop-token-id", type=int, action="append", help="end the answer at this token id (repeatable)"
+    )
+    parser.add_argument(
+        "--logit-bias",
+        type=parse_logit_bias,
+        action="append",
+        metavar="ID=VALUE",
+        help="add VALUE (-100 to 100) to token ID's logit (repeatable)",
+    )
     args = parser.parse_args(argv)
 
     prompts = list(args.prompts)
@@ -56,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         presence_penalty=args.presence_penalty,
         frequency_penalty=args.frequency_penalty,
         repetition_penalty=args.repetition_penalty,
+        stop=args.stop,
+        stop_token_ids=args.stop_token_id,
+        logit_bias=dict(args.logit_bias) if args.logit_bias else None,
     )
     try:
         answers = client.generate(prompts, options)
@@ -73,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
             others = " ".join(f"{a['token']!r}:{a['logprob']:.3f}" for a in entry["top_logprobs"])
             print(f"  {entry['token']!r} {entry['logprob']:.3f}  {others}".rstrip())
     return 0 if all(not a.error for a in answers) else 2
+
+
+def parse_logit_bias(text: str) -> tuple[int, float]:
+    """`--logit-bias 1234=-100` as (1234, -100.0)."""
+    token, _, value = text.partition("=")
+    try:
+        return int(token), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ID=VALUE, got {text!r}") from None
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import re
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -291,3 +292,28 @@ def test_logprobs_and_penalties_reach_the_pipeline_over_http_and_grpc(server):
     )
     texts = {client_for(server, p).generate([SEA_PROMPT], penalized)[0].text for p in ("http", "grpc")}
     assert len(texts) == 1 and generated.text not in texts, "the penalties reached the model, over both"
+
+
+def test_stop_strings_stop_token_ids_and_logit_bias_reach_the_pipeline_over_http_and_grpc(server):
+    base = GenerationOptions(max_tokens=12, temperature=0.0, logprobs=0, ignore_eos=True)
+    [plain] = client_for(server, "http").generate([SEA_PROMPT], base)
+    ids = [entry["id"] for entry in plain.token_logprobs]
+    stop_text = plain.text[len(plain.text) // 2 :][:3]
+    stop_id = ids[2]
+    cases = {
+        "stop": (replace(base, stop=[stop_text]), plain.text[: plain.text.find(stop_text)]),
+        "stop_token_ids": (replace(base, stop_token_ids=[stop_id]), ids[: ids.index(stop_id) + 1]),
+        "logit_bias": (replace(base, logit_bias={ids[0]: -100.0}), ids[0]),
+    }
+    for name, (options, expected) in cases.items():
+        over_http, over_grpc = (
+            client_for(server, protocol).generate([SEA_PROMPT], options)[0] for protocol in ("http", "grpc")
+        )
+        assert (over_http.text, over_http.token_logprobs) == (over_grpc.text, over_grpc.token_logprobs), name
+        got = [entry["id"] for entry in over_http.token_logprobs]
+        if name == "stop":
+            assert over_http.text == expected and over_http.finish_reason == "stop", (name, over_http)
+        elif name == "stop_token_ids":
+            assert got == expected and over_http.finish_reason == "stop", (name, over_http)
+        else:
+            assert got[0] != expected and over_http.text != plain.text, (name, over_http)
