@@ -45,3 +45,12 @@ def to_json(logprobs: Sequence[TokenLogprob], token_text: Callable[[int], str]) 
         ],
         separators=(",", ":"),
     )
+
+
+def join_json(parts: Sequence[str]) -> str:
+    """Lists written by :func:`to_json` as one list, without parsing them (the scheduler
+    coalesces a prompt's stream deltas); "" when no part is a list (a row reporting none)."""
+    lists = [part for part in parts if part]
+    if not lists:
+        return ""
+    return "[" + ",".join(part[1:-1] for part in lists if part != "[]") + "]"

@@ -36,14 +36,16 @@ class RecordingReply:
 
     def __init__(self, on_change: Callable[[], None] = lambda: None, *, refuse_deltas: bool = False) -> None:
         self.deltas: list[tuple[int, str, str]] = []
+        self.delta_logprobs: list[tuple[int, str]] = []  # (index, JSON) beside each delta
         self.finals: list[list[RowOutcome]] = []
         self.cancelled = False
         self._on_change = on_change
         self._refuse_deltas = refuse_deltas
 
-    def delta(self, index: int, task: str, text: str) -> None:
+    def delta(self, index: int, task: str, text: str, logprobs: str = "") -> None:
         assert not self._refuse_deltas, "nothing streams in a request that did not ask to"
         self.deltas.append((index, task, text))
+        self.delta_logprobs.append((index, logprobs))
         self._on_change()
 
     def final(self, outcomes: list[RowOutcome]) -> None:

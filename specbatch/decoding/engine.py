@@ -250,20 +250,21 @@ class Engine:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         else:
             seed = counter_random.as_int64(request.seed)
+        output = RowOutput(
+            request.max_new_tokens,
+            tuple(request.stop),
+            request.ignore_eos,
+            request.min_tokens,
+            frozenset(request.stop_token_ids),
+            logprobs=None if request.logprobs is None else [],
+        )
         return Row(
-            handle=RowHandle(),
+            handle=RowHandle(logprobs=output.logprobs),
             request=request,
             mode=mode,
             tokens=list(prompt),
             prompt_length=len(prompt),
-            output=RowOutput(
-                request.max_new_tokens,
-                tuple(request.stop),
-                request.ignore_eos,
-                request.min_tokens,
-                frozenset(request.stop_token_ids),
-                logprobs=None if request.logprobs is None else [],
-            ),
+            output=output,
             seed=seed,
             sink=sink,
             key=key,

@@ -60,6 +60,10 @@ class RowHandle:
     """What a caller holds for a submitted row: cancel it, or read its result."""
 
     row_id: int = field(default_factory=lambda: next(_row_ids))
+    # a row that reports log-probabilities: those of its output so far, one per token the
+    # sink has been handed (the engine appends before ``on_tokens``), for a streaming sink
+    # to send with each delta; read it on the engine's thread, in ``on_tokens``
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(eq=False)

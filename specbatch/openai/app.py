@@ -147,11 +147,13 @@ async def _stream(
                 for index in range(len(call.prompts)):
                     await _send(response, reply.chunk(index, call.prompt_of_choice(index)))
             while isinstance(event, Delta):
-                await _send(response, reply.chunk(event.index, event.text))
+                logprobs = reply.chunk_logprobs(event.logprobs, event.index)
+                await _send(response, reply.chunk(event.index, event.text, logprobs=logprobs))
                 event = await anext(events)
             _raise_prompt_errors(event, call.copies)
             for index, outcome in enumerate(event):
-                end = reply.chunk(index, None, outcome.finish_reason, logprobs=reply.logprobs(outcome))
+                logprobs = reply.chunk_logprobs(outcome.logprobs, index)
+                end = reply.chunk(index, None, outcome.finish_reason, logprobs=logprobs)
                 await _send(response, end)
             if call.include_usage:
                 await _send(response, reply.usage_chunk(event))

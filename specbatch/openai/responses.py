@@ -22,6 +22,8 @@ class Reply:
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
         self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
+        # a streamed completion's text_offset runs on from chunk to chunk, per choice
+        self._offsets: dict[int, int] = {}
 
     def _envelope(self, obj: str, choices: list[dict]) -> dict:
         return {
@@ -74,14 +76,27 @@ class Reply:
     def logprobs(self, outcome: Outcome) -> dict | None:
         """A choice's `logprobs` object, in the form its endpoint uses; None where none
         were asked for or none were made (an answer computed or scored, not generated)."""
-        if not outcome.logprobs:
+        return self.chunk_logprobs(outcome.logprobs)
+
+    def chunk_logprobs(self, pipeline_json: str, index: int | None = None) -> dict | None:
+        """The `logprobs` object of the tokens in ``pipeline_json`` (the pipeline's
+        token_logprobs); with the ``index`` of a streamed choice, a completion's text
+        offsets go on from where that choice's previous chunk ended, as vLLM counts them;
+        a streamed choice's last chunk, whose tokens all went before, has none."""
+        if not pipeline_json:
             return None
-        entries = json.loads(outcome.logprobs)
+        entries = json.loads(pipeline_json)
+        if not entries and index is not None:
+            return None
         if self.call.kind == "chat":
             return {"content": [_chat_entry(e, e["top_logprobs"]) for e in entries]}
-        offsets = [0]
-        for entry in entries[:-1]:
-            offsets.append(offsets[-1] + len(entry["token"]))
+        offsets = []
+        offset = 0 if index is None else self._offsets.get(index, 0)
+        for entry in entries:
+            offsets.append(offset)
+            offset += len(entry["token"])
+        if index is not None:
+            self._offsets[index] = offset
         return {
             "tokens": [e["token"] for e in entries],
             "token_logprobs": [e["logprob"] for e in entries],

@@ -38,10 +38,12 @@ SCHEDULER_OUTPUTS = (
 
 @dataclass(frozen=True)
 class Delta:
-    """New text of prompt `index` while streaming."""
+    """New text of prompt `index` while streaming, with the pipeline's token_logprobs JSON
+    of the tokens it completes ("" when none were asked for)."""
 
     index: int
     text: str
+    logprobs: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,13 @@ class TritonUpstream:
                         finished = True
                         yield _outcomes(outputs)
                         return
-                    for index, text in zip(
-                        outputs["index"].reshape(-1), _texts(outputs["text_output"]), strict=True
+                    for index, text, logprobs in zip(
+                        outputs["index"].reshape(-1),
+                        _texts(outputs["text_output"]),
+                        _texts(outputs["token_logprobs"]),
+                        strict=True,
                     ):
-                        yield Delta(int(index), text)
+                        yield Delta(int(index), text, logprobs)
                 raise OpenAIError(502, "the pipeline closed the stream without a final response")
         finally:
             if not finished:

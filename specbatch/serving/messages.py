@@ -175,11 +175,14 @@ class Cancel:
 
 @dataclass(frozen=True)
 class Step:
-    """An engine step: rows that produced their first token, streamed text, the fresh load."""
+    """An engine step: rows that produced their first token, streamed text, the fresh load.
+
+    A delta is (row, text, the JSON log-probabilities of the tokens it completes; "" for
+    a row that reports none)."""
 
     TYPE: ClassVar[str] = "step"
     first: tuple[int, ...]
-    deltas: tuple[tuple[int, str], ...]
+    deltas: tuple[tuple[int, str, str], ...]
     load: InstanceLoad
 
     def to_wire(self) -> dict[str, Any]:
@@ -194,7 +197,7 @@ class Step:
     def from_wire(cls, data: dict[str, Any]) -> Step:
         return cls(
             tuple(int(row) for row in data["first"]),
-            tuple((int(row), str(text)) for row, text in data["deltas"]),
+            tuple((int(row), str(text), str(logprobs)) for row, text, logprobs in data["deltas"]),
             _load(data["load"]),
         )
 

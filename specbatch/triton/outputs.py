@@ -42,6 +42,8 @@ def outcome_arrays(
     return arrays
 
 
-def delta_arrays(index: int, task: str, text: str) -> dict[str, np.ndarray]:
-    """One streaming delta of prompt `index`, with every ensemble output present."""
-    return outcome_arrays([RowOutcome(text=text, task=task, finish_reason="")], indices=[index])
+def delta_arrays(index: int, task: str, text: str, logprobs: str = "") -> dict[str, np.ndarray]:
+    """One streaming delta of prompt `index`, with every ensemble output present: its
+    `token_logprobs` are those of the tokens whose text it carries."""
+    outcome = RowOutcome(text=text, task=task, finish_reason="", logprobs=logprobs)
+    return outcome_arrays([outcome], indices=[index])

@@ -25,9 +25,9 @@ class TritonReply:
         self._stream = stream
         self._faults = faults
 
-    def delta(self, index: int, task: str, text: str) -> None:
+    def delta(self, index: int, task: str, text: str, logprobs: str = "") -> None:
         try:
-            self._sender.send(response(delta_arrays(index, task, text), batched=True))
+            self._sender.send(response(delta_arrays(index, task, text, logprobs), batched=True))
         except Exception:
             logger.warning("sending a stream delta failed (client gone?)", exc_info=True)
 

@@ -229,6 +229,19 @@ def test_logprobs_give_each_generated_token_the_targets_log_probability(client, 
         assert len(top) == 3
     assert lp.text_offset == [len("".join(lp.tokens[:i])) for i in range(len(lp.tokens))]
 
+    # streamed: each chunk with its own tokens', the offsets running on, adding up to the same
+    chunks = [
+        c.choices[0]
+        for c in client.completions.create(
+            model="specbatch", prompt=SEA_PROMPT, max_tokens=12, temperature=0, logprobs=3, stream=True
+        )
+    ]
+    assert all(c.logprobs and c.logprobs.tokens for c in chunks if c.text), "every chunk of text its tokens'"
+    pieces = [c.logprobs for c in chunks if c.logprobs]
+    assert len(pieces) > 1, "the log-probabilities came chunk by chunk"
+    for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        assert [value for piece in pieces for value in getattr(piece, name)] == getattr(lp, name), name
+
     # the ensemble's own output, over /generate: the same tokens and values, as JSON
     body = {"text_input": [SEA_PROMPT, GRAPH_PROMPT], "max_tokens": 12, "temperature": [0.0], "logprobs": [3]}
     request = urllib.request.Request(
@@ -260,7 +273,7 @@ def test_logprobs_give_each_generated_token_the_targets_log_probability(client, 
     banned = client.completions.create(logit_bias={str(ids[0]): -100}, **options).choices[0]
     assert banned.logprobs.tokens[0] != entries[0]["token"]
 
-    # a streamed chat: each choice's log-probabilities in its last chunk
+    # a streamed chat: each chunk with the log-probabilities of the tokens it completes
     chunks = list(
         client.chat.completions.create(
             model="specbatch",
@@ -280,6 +293,7 @@ def test_logprobs_give_each_generated_token_the_targets_log_probability(client, 
     assert listed == "".join(choice.delta.content or "" for choice in choices)
     assert all(len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob == t.logprob for t in content)
     assert all(bytes(t.bytes).decode() == t.token for t in content)
+    assert all(c.logprobs and c.logprobs.content for c in choices if c.delta.content), "chunk by chunk"
 
 
 def test_a_presence_penalty_decodes_the_likeliest_token_after_it(client, server):

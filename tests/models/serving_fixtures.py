@@ -77,7 +77,11 @@ class Inbox:
         )
 
     def deltas(self, row: int) -> list[str]:
-        return [text for m in self.of_type(Step.TYPE) for r, text in m.deltas if r == row]
+        return [text for m in self.of_type(Step.TYPE) for r, text, _ in m.deltas if r == row]
+
+    def delta_logprobs(self, row: int) -> list[str]:
+        """The JSON log-probabilities beside each of ``row``'s deltas, in order."""
+        return [logprobs for m in self.of_type(Step.TYPE) for r, _, logprobs in m.deltas if r == row]
 
 
 class _Channel:

@@ -91,7 +91,7 @@ def test_rows_stream_first_tokens_and_deltas_then_one_done_each(instance, refere
     assert "".join(inbox.deltas(7)) == streamed.text and streamed.text
     assert inbox.deltas(9) == [], "a row that did not ask to stream sends no text"
     first_step_of_7 = next(i for i, step in enumerate(steps) if 7 in step.first)
-    assert all(i >= first_step_of_7 for i, step in enumerate(steps) if any(r == 7 for r, _ in step.deltas))
+    assert all(i >= first_step_of_7 for i, step in enumerate(steps) if any(r == 7 for r, _, _ in step.deltas))
 
     for outcome, prompt, max_tokens in ((streamed, INFOBENCH, 24), (plain, OTHER, 10)):
         expected = greedy(reference, prompt, max_tokens)
@@ -256,3 +256,19 @@ def test_a_row_reports_its_logprobs_and_a_row_whose_report_fails_still_gets_one_
     [failed], [fine] = done[2], done[3]
     assert failed.finish_reason == "error" and "no text for this token" in failed.error
     assert fine.error == "" and fine.logprobs == "" and fine.text == greedy(reference, INFOBENCH, 6).text
+
+
+def test_a_streamed_row_sends_each_delta_with_its_tokens_logprobs_the_rest_at_its_end(instance, reference):
+    runner, inbox = instance
+    run(
+        runner,
+        RowWork(row=1, kind=GENERATE, prompt=INFOBENCH, max_tokens=16, logprobs=1, stream=True),
+        RowWork(row=2, kind=GENERATE, prompt=INFOBENCH, max_tokens=16, logprobs=1),
+    )
+    done = inbox.wait_done({1, 2})
+    [streamed], [whole] = done[1], done[2]
+    pieces = inbox.delta_logprobs(1)
+    assert len(pieces) == len(inbox.deltas(1)) > 1 and all(pieces), "every delta carries its tokens'"
+    sent = [entry for piece in [*pieces, streamed.logprobs] for entry in json.loads(piece)]
+    assert sent == json.loads(whole.logprobs), "the deltas and the final report add up to the whole"
+    assert [e["id"] for e in sent] == greedy(reference, INFOBENCH, 16).tokens

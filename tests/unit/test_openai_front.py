@@ -436,6 +436,19 @@ def test_a_completions_logprobs_list_tokens_offsets_and_the_chosen_token_among_i
     assert end["choices"][0]["logprobs"] == choices[0]["logprobs"]
 
 
+def test_a_streamed_completions_chunks_carry_their_tokens_logprobs_with_offsets_running_on():
+    call = parse_completion({"model": "m", "prompt": ["a", "b"], "logprobs": 1, "stream": True})
+    reply = Reply(call)
+    first_token, second_token = (json.dumps([entry]) for entry in json.loads(TOKEN_LOGPROBS))
+    first = reply.chunk_logprobs(first_token, 0)
+    assert reply.chunk_logprobs(first_token, 1)["text_offset"] == [0], "each choice counts its own"
+    second = reply.chunk_logprobs(second_token, 0)
+    assert (first["tokens"], first["text_offset"]) == ([" Hi"], [0])
+    assert (second["tokens"], second["text_offset"]) == (["!"], [3])
+    assert reply.chunk_logprobs("[]", 0) is None, "a last chunk whose tokens all went before has none"
+    assert reply.chunk_logprobs("", 0) is None
+
+
 def test_a_chats_logprobs_list_each_token_with_its_bytes_and_alternatives():
     call = parse_chat({"model": "m", "messages": [{"role": "user", "content": "u"}], "logprobs": True})
     content = Reply(call).complete([Outcome(" Hi!", "infobench", "stop", "", 9, 2, TOKEN_LOGPROBS)])

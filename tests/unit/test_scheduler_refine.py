@@ -128,7 +128,7 @@ def test_a_streaming_client_sees_only_the_refined_pass():
     core.instance_done(instance, first.row, FIRST, IDLE)
     [_, second] = instance.rows()
     assert second.stream is True
-    core.instance_step(instance, (second.row,), ((second.row, "Red, "),), IDLE)
+    core.instance_step(instance, (second.row,), ((second.row, "Red, ", ""),), IDLE)
     core.instance_done(instance, second.row, REFINED, IDLE)
     assert reply.pieces(0) == ["Red, ", "green, blue."]
     assert [answer.text for answer in reply.finals[0]] == ["Red, green, blue."]
@@ -262,7 +262,7 @@ def test_a_refining_pass_that_cannot_finish_answers_the_request_once(refining_en
     core.instance_done(instance, first.row, FIRST, load)
     if load is IDLE:
         [_, second] = instance.rows()
-        core.instance_step(instance, (second.row,), ((second.row, "Bl"),), IDLE)  # streamed: no re-run
+        core.instance_step(instance, (second.row,), ((second.row, "Bl", ""),), IDLE)  # streamed: no re-run
     refining_ends(core, instance, reply)
     [[answer]] = reply.finals
     assert (answer.finish_reason, answer.error) == (reason, error)

@@ -104,7 +104,7 @@ def plain(data: dict) -> dict:
 
 MESSAGES: dict[str, Message] = {
     "hello": Hello(instance="specdec_0", load=LOAD, pid=4242, device="cuda:0"),
-    "step": Step(first=(4, 6), deltas=((4, "Grüße "), (6, "🙂")), load=LOAD),
+    "step": Step(first=(4, 6), deltas=((4, "Grüße ", ""), (6, "🙂", "[{\"id\":5}]")), load=LOAD),
     "done": Done(row=4, outcome=OUTCOMES[0], load=LOAD),
     "run": Run(tuple(ROWS)),
     "cancel": Cancel((4, 5)),

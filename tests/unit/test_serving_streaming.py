@@ -131,3 +131,20 @@ def test_streamed_text_is_coalesced_per_interval_and_nothing_is_held_back_at_the
     assert "".join(text for _, _, text in reply.deltas) == "Hello world"
     assert reply.deltas[-1] == (0, "infobench", "orld")  # the waiting text and the rest, together
     assert len(reply.finals) == 1
+
+
+def test_coalesced_deltas_carry_the_logprobs_of_every_piece_and_the_final_the_rest():
+    intake = make_intake(1.0, stream_interval_s=1.0)
+    reply = RecordingReply()
+    prompt = "Instruction: hi\nQuestion: \nGeneration:"
+    request = RoutedRequest(prompts=[prompt], tasks=["infobench"], stream=True)
+    state, _ = intake.receive(request, reply)
+    [generate] = state.prompts
+    generate.stream_text("He", 1.0, '[{"id":1}]')  # the first piece goes at once
+    generate.stream_text("l", 1.2, '[{"id":2}]')
+    generate.stream_text("lo", 1.4, '[{"id":3},{"id":4}]')
+    generate.settle(RowOutcome("Hello", num_output_tokens=5, logprobs='[{"id":5}]'), 1.5)
+    assert reply.deltas == [(0, "infobench", "He"), (0, "infobench", "llo")]
+    assert reply.delta_logprobs == [(0, '[{"id":1}]'), (0, '[{"id":2},{"id":3},{"id":4}]')]
+    [[outcome]] = reply.finals
+    assert outcome.logprobs == '[{"id":5}]', "the final response carries what no delta did"

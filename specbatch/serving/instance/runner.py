@@ -40,6 +40,7 @@ class _RunningRow:
     handle: RowHandle | None = None  # None for a scoring row (it cannot be cancelled)
     stream: IncrementalDetokenizer | None = None
     started: bool = False
+    logprobs_sent: int = 0  # of a streamed row's log-probabilities, how many went with deltas
 
 
 class InstanceRunner:
@@ -61,7 +62,7 @@ class InstanceRunner:
         self._report_interval_s = report_interval_s
         self._faults = faults or FaultHooks()
         self._last_report = 0.0
-        self._pending_deltas: list[tuple[int, str]] = []
+        self._pending_deltas: list[tuple[int, str, str]] = []
         self._lock = threading.Lock()
         self._row_left = threading.Condition(self._lock)
         self._rows: dict[int, _RunningRow] = {}
@@ -175,7 +176,7 @@ class InstanceRunner:
                     row.started = True
                     first.append(key)
                 if row.stream is not None and (text := row.stream.push(ids)):
-                    self._pending_deltas.append((key, text))
+                    self._pending_deltas.append((key, text, self._unsent_logprobs(row)))
         now = time.monotonic()
         if first or now - self._last_report >= self._report_interval_s:
             self._report_step(first, now)
@@ -186,9 +187,28 @@ class InstanceRunner:
         self._last_report = now
         self._send(Step(first=tuple(first), deltas=tuple(deltas), load=self.load()))
 
-    def on_finished(self, key: int, result: GenerationResult) -> None:
+    def _unsent_logprobs(self, row: _RunningRow) -> str:
+        """The JSON log-probabilities of the row's tokens that no delta carried yet ("" for
+        a row that reports none): a delta carries those of the tokens pushed since the
+        last one, including any whose text was held back then. If they cannot be written
+        the delta goes without them, and the row's final report fails it."""
+        reported = None if row.handle is None else row.handle.logprobs
+        if reported is None:
+            return ""
         try:
-            outcome = _outcome(result, self._token_text)
+            text = logprobs.to_json(reported[row.logprobs_sent :], self._token_text)
+        except Exception:
+            logger.exception("%s: writing a delta's log-probabilities failed", self._name)
+            return ""
+        row.logprobs_sent = len(reported)
+        return text
+
+    def on_finished(self, key: int, result: GenerationResult) -> None:
+        with self._lock:
+            row = self._rows.get(key)
+            sent = 0 if row is None else row.logprobs_sent
+        try:
+            outcome = _outcome(result, self._token_text, sent)
         except Exception as exc:  # the row still gets its one final answer
             logger.exception("%s: reporting row %d failed", self._name, key)
             outcome = RowOutcome.failed(f"{self._name}: reporting the row's result failed: {exc}")
@@ -213,7 +233,8 @@ class InstanceRunner:
         self._send(Done(row=row, outcome=replace(outcome, instance=self._name), load=self.load()))
 
 
-def _outcome(result: GenerationResult, token_text: Callable[[int], str]) -> RowOutcome:
+def _outcome(result: GenerationResult, token_text: Callable[[int], str], logprobs_sent: int) -> RowOutcome:
+    """The row's outcome; a streamed row's log-probabilities are those no delta carried."""
     return RowOutcome(
         text=result.text,
         finish_reason=result.finish_reason,
@@ -222,5 +243,7 @@ def _outcome(result: GenerationResult, token_text: Callable[[int], str]) -> RowO
         total_draft_tokens=result.total_draft_tokens,
         total_accepted_draft_tokens=result.total_accepted_draft_tokens,
         error=result.error,
-        logprobs="" if result.logprobs is None else logprobs.to_json(result.logprobs, token_text),
+        logprobs=(
+            "" if result.logprobs is None else logprobs.to_json(result.logprobs[logprobs_sent:], token_text)
+        ),
     )

@@ -240,21 +240,22 @@ class SchedulerCore:
         self,
         channel: InstanceChannel,
         first: Iterable[int],
-        deltas: Iterable[tuple[int, str]],
+        deltas: Iterable[tuple[int, str, str]],
         load: InstanceLoad,
     ) -> None:
-        """An instance's step report: rows that produced their first token, streamed text."""
+        """An instance's step report: rows that produced their first token, streamed text
+        (each piece with the JSON log-probabilities of its tokens, "" for none)."""
         now = self._clock()
         self._progress_s[channel] = now
         for row in first:
             record = self._running_on(channel, row)
             if record is not None:
                 record.first_token(now)
-        for row, text in deltas:
+        for row, text, logprobs in deltas:
             record = self._running_on(channel, row)
             if record is not None:
                 record.first_token(now)
-                record.stream_text(text, now)
+                record.stream_text(text, now, logprobs)
         self._report(channel, load)
         self._schedule_or_restart()
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from specbatch.logprobs import join_json
 from specbatch.scheduling.requests import QueuedRequest
 from specbatch.serving.latency import PromptTiming
 from specbatch.serving.messages import GENERATE, RowOutcome
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 class ReplySink(Protocol):
     """Where a request's responses go (a Triton response sender, or a test's recorder)."""
 
-    def delta(self, index: int, task: str, text: str) -> None: ...
+    def delta(self, index: int, task: str, text: str, logprobs: str = "") -> None: ...
 
     def final(self, outcomes: list[RowOutcome]) -> None: ...
 
@@ -64,6 +65,7 @@ class PromptRecord:
     done_s: float = 0.0
     streamed: str = ""
     unsent: str = ""
+    unsent_logprobs: list[str] = field(default_factory=list)  # JSON lists, one per piece of unsent
     last_sent_s: float | None = None
     outcome: RowOutcome | None = None
     self_refine: bool = False  # asked for: a generated answer gets a second, refining pass
@@ -86,12 +88,15 @@ class PromptRecord:
         if self.first_token_s is None:
             self.first_token_s = now_s
 
-    def stream_text(self, text: str, now_s: float) -> None:
-        """Text the model produced; with an interval, pieces are coalesced (see RequestState)."""
+    def stream_text(self, text: str, now_s: float, logprobs: str = "") -> None:
+        """Text the model produced, with the JSON log-probabilities of its tokens (""
+        for none); with an interval, pieces are coalesced (see RequestState)."""
         if not (self.request.stream and text and self.outcome is None):
             return
         self.streamed += text
         self.unsent += text
+        if logprobs:
+            self.unsent_logprobs.append(logprobs)
         interval = self.request.stream_interval_s
         if self.last_sent_s is None or now_s - self.last_sent_s >= interval:
             self.send_unsent(now_s)
@@ -100,8 +105,9 @@ class PromptRecord:
         if not self.unsent:
             return
         text, self.unsent = self.unsent, ""
+        pieces, self.unsent_logprobs = self.unsent_logprobs, []
         self.last_sent_s = now_s
-        self.request.reply.delta(self.index, self.task, text)
+        self.request.reply.delta(self.index, self.task, text, join_json(pieces))
 
     def settle(self, outcome: RowOutcome, now_s: float) -> bool:
         """This prompt's answer (task named, mmlu letter formatted; the first one wins);
