@@ -31,8 +31,9 @@ class GenerationRequest:
     # run to max_new_tokens through end-of-sequence tokens (vLLM's ignore_eos): a load
     # test's fixed output lengths; the tokens are still the model's own
     ignore_eos: bool = False
-    # neither end of sequence nor a stop string ends the row before this many tokens
-    # (vLLM's min_tokens); at most max_new_tokens
+    # nothing ends the row before this many tokens (vLLM's min_tokens): its end tokens are
+    # banned from sampling until then and a stop string counts only past them; at most
+    # max_new_tokens
     min_tokens: int = 0
     # vLLM's penalties (presence and frequency on the output, repetition on prompt and
     # output): 0, 0 and 1 leave the logits alone

@@ -53,6 +53,29 @@ def biased(logits: torch.Tensor, bias: LogitBias) -> torch.Tensor:
 
 
 @dataclass
+class EndMask:
+    """What vLLM's min_tokens bans: per row the tokens that would end it ``ids`` [B, E]
+    (its end-of-sequence tokens unless it ignores them, and its stop tokens), padded with
+    the id ``vocab`` (banned nowhere), and ``until`` [B], the first sequence position a
+    token of them may land at (the row's prompt length plus its min_tokens)."""
+
+    ids: torch.Tensor
+    until: torch.Tensor
+
+
+def ends_masked(logits: torch.Tensor, mask: EndMask, positions: torch.Tensor) -> torch.Tensor:
+    """Logits [B, M, V] with each row's end tokens at -inf wherever the token drawn from
+    position m would land before ``mask.until`` (``positions`` [B, M]: where it lands).
+    Draft and target alike are masked, so the proposals never hold a banned token and
+    verification stays exact against the masked target."""
+    batch, vocab = logits.shape[0], logits.shape[-1]
+    is_end = torch.zeros(batch, vocab + 1, dtype=torch.bool, device=logits.device)
+    is_end = is_end.scatter(1, mask.ids, True)[:, :vocab]
+    early = positions < mask.until.unsqueeze(1)
+    return logits.masked_fill(is_end.unsqueeze(1) & early.unsqueeze(-1), float("-inf"))
+
+
+@dataclass
 class PenaltyTensors:
     """What the penalties of a step's rows read, as tensors on the decoding device.
 
@@ -155,7 +178,8 @@ class SamplingFeatures:
     penalties); ``min_p``: some sampled row drops the tokens less likely than min_p
     times the likeliest one (vLLM's min_p, after temperature and before top-k and top-p);
     ``penalties``: some row has a presence, frequency or repetition penalty;
-    ``repetition``: some row has a repetition penalty (which also reads its prompt)."""
+    ``repetition``: some row has a repetition penalty (which also reads its prompt);
+    ``end_mask``: some row has not yet made its min_tokens, so its end tokens are banned."""
 
     sampled: bool = False  # some row has temperature > 0
     top_k_bound: int = 0
@@ -167,6 +191,7 @@ class SamplingFeatures:
     min_p: bool = False
     penalties: bool = False
     repetition: bool = False
+    end_mask: bool = False
 
     @classmethod
     def of(
@@ -180,10 +205,12 @@ class SamplingFeatures:
         penalties: Sequence[tuple[float, float, float]] = (),
         min_p: Sequence[float] = (),
         logit_bias: Sequence[Sequence[tuple[int, float]]] = (),
+        short_of_min_tokens: Sequence[bool] = (),
     ) -> SamplingFeatures:
         """``penalties``: per row (presence, frequency, repetition); none: (0, 0, 1).
-        ``logprobs``, ``penalties``, ``min_p`` and ``logit_bias`` may be left empty: no
-        row asks."""
+        ``short_of_min_tokens``: per row, whether it has made fewer tokens than its
+        min_tokens. ``logprobs``, ``penalties``, ``min_p``, ``logit_bias`` and
+        ``short_of_min_tokens`` may be left empty: no row asks."""
         rows = [(p, k) for t, p, k in zip(temperature, top_p, top_k, strict=True) if t > 0]
         largest_k = max((k for _, k in rows), default=0)
         bound = min(vocab, 1 << (largest_k - 1).bit_length()) if largest_k else 0
@@ -199,6 +226,7 @@ class SamplingFeatures:
             repetition=any(r != 1.0 for _, _, r in penalties),
             min_p=any(m > 0 and t > 0 for t, m in zip(temperature, min_p, strict=False)),
             logit_bias=any(logit_bias),
+            end_mask=any(short_of_min_tokens),
         )
 
 

@@ -23,6 +23,7 @@ from specbatch.decoding.attention import Attention
 from specbatch.decoding.kv_blocks import KVStore
 from specbatch.decoding.models import Geometry, ModelWeights, hidden_states, project_logits
 from specbatch.decoding.sampling import (
+    EndMask,
     LogitBias,
     PenaltyTensors,
     SamplingFeatures,
@@ -30,6 +31,7 @@ from specbatch.decoding.sampling import (
     biased,
     counts_before,
     draw,
+    ends_masked,
     gumbel_argmax,
     penalized,
     probabilities,
@@ -73,15 +75,22 @@ class Draws:
     coupled: torch.Tensor
     penalties: PenaltyTensors | None = None
     logit_bias: LogitBias | None = None
+    end_mask: EndMask | None = None
 
 
-def _adjusted(logits: torch.Tensor, draws: Draws, features: SamplingFeatures, counts) -> torch.Tensor:
+def _adjusted(
+    logits: torch.Tensor, draws: Draws, features: SamplingFeatures, counts, positions: torch.Tensor
+) -> torch.Tensor:
     """The logits a row samples from: its logit bias added, then its penalties (which
-    read ``counts()``, the occurrences each position adds to the output so far)."""
+    read ``counts()``, the occurrences each position adds to the output so far), then
+    its end tokens banned where the token would land (``positions`` [B, M]) before its
+    min_tokens are made."""
     if features.logit_bias:
         logits = biased(logits, draws.logit_bias)
     if features.penalties:
         logits = penalized(logits, draws.penalties, counts(), features.repetition)
+    if features.end_mask:
+        logits = ends_masked(logits, draws.end_mask, positions)
     return logits
 
 
@@ -122,7 +131,8 @@ def sample_step(
         earlier = draws.penalties.step_tokens
         return counts_before(earlier, earlier.shape[1], 1, net.vocab)
 
-    probs = probabilities(_adjusted(logits, draws, features, counts), draws.params, features)[:, 0]
+    adjusted = _adjusted(logits, draws, features, counts, draw_position.unsqueeze(1))
+    probs = probabilities(adjusted, draws.params, features)[:, 0]
     tokens = draw(probs, draws.seeds, draws.coupled, draw_position, purpose, features)
     if features.logprobs is None:
         return tokens, probs
@@ -150,10 +160,12 @@ def verify_step(
     offsets = torch.arange(width, device=seq_len.device)
     index = offsets.expand(seq_len.shape[0], width)
     logits = project_logits(net.weights, net.geometry, _hidden(net, feed), index)[..., : net.vocab]
-    # position j follows the first j drafts
-    scored = _adjusted(logits, draws, features, lambda: counts_before(drafts, 0, width, net.vocab))
-    target_probs = probabilities(scored, draws.params, features)
     token_positions = seq_len.unsqueeze(1) + offsets  # where each possible new token lands
+    # position j follows the first j drafts
+    scored = _adjusted(
+        logits, draws, features, lambda: counts_before(drafts, 0, width, net.vocab), token_positions
+    )
+    target_probs = probabilities(scored, draws.params, features)
     k = drafts.shape[1]
     verdict = verify(
         drafts,

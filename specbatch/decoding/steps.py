@@ -34,7 +34,7 @@ from specbatch.decoding.models import Qwen3Forward
 from specbatch.decoding.pair import ModelPair
 from specbatch.decoding.pass_clock import PassClock
 from specbatch.decoding.rows import Row
-from specbatch.decoding.sampling import LogitBias, PenaltyTensors, SamplingFeatures, SamplingTensors
+from specbatch.decoding.sampling import EndMask, LogitBias, PenaltyTensors, SamplingFeatures, SamplingTensors
 from specbatch.decoding.step_functions import Draws, Feed, Network
 from specbatch.logprobs import TokenLogprob
 
@@ -162,13 +162,32 @@ class StepRunner:
         logprobs = [q.logprobs for q in requests]
         penalties = [q.penalties for q in requests]
         bias = [q.logit_bias for q in requests]
+        short = [len(r.output.tokens) < r.output.min_tokens for r in rows]
         features = SamplingFeatures.of(
-            temperature, top_p, top_k, coupled, self.pair.vocab_size, logprobs, penalties, min_p, bias
+            temperature, top_p, top_k, coupled, self.pair.vocab_size, logprobs, penalties, min_p, bias, short
         )
         penalty_tensors = self._penalties(rows, batch, features) if features.penalties else None
         bias_tensors = self._logit_bias(bias, batch) if features.logit_bias else None
-        draws = Draws(params, seeds, self._tensor(coupled, torch.bool), penalty_tensors, bias_tensors)
+        end_mask = self._end_mask(rows, short, batch) if features.end_mask else None
+        coupled_rows = self._tensor(coupled, torch.bool)
+        draws = Draws(params, seeds, coupled_rows, penalty_tensors, bias_tensors, end_mask)
         return draws, features
+
+    def _end_mask(self, rows: Sequence[Row], short: Sequence[bool], batch: int) -> EndMask:
+        """The tokens that would end each row short of its min_tokens (none for the others
+        and for padding rows), padded with the id past the vocabulary, and where its
+        min_tokens end."""
+        vocab = self.pair.vocab_size
+        ends = [
+            sorted(r.output.stop_token_ids | (set() if r.output.ignore_eos else self.pair.eos_token_ids))
+            if is_short
+            else []
+            for r, is_short in zip(rows, short, strict=True)
+        ]
+        width = self.shapes.width(max([1, *map(len, ends)]))
+        ids = [e + [vocab] * (width - len(e)) for e in ends] + [[vocab] * width] * (batch - len(rows))
+        until = [r.prompt_length + r.output.min_tokens for r in rows] + [0] * (batch - len(rows))
+        return EndMask(self._tensor(ids, torch.long), self._tensor(until, torch.long))
 
     def _logit_bias(self, bias: list[Sequence[tuple[int, float]]], batch: int) -> LogitBias:
         """Each row's (token, bias) pairs, padded with the id past the vocabulary."""

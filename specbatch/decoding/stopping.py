@@ -32,12 +32,11 @@ class StopRules:
     does, with it kept last), stop strings and max_new_tokens to each step's new tokens.
 
     A stop string ends the row at the first token whose text completes it; the
-    returned text stops right before the stop string. Neither ends a row within its
-    first ``min_tokens`` tokens (vLLM's `min_tokens`): an end-of-sequence token there is
-    kept and decoding goes on, as under ``ignore_eos`` (vLLM masks it instead; here a mask
-    would have to reach the draft's and the target's logits alike at every speculated
-    position to keep the output exact), and only a stop string that a later token
-    completes counts."""
+    returned text stops right before the stop string. Nothing ends a row within its
+    first ``min_tokens`` tokens (vLLM's `min_tokens`): the sampler bans its end tokens
+    there, the draft's and the target's alike (:func:`specbatch.decoding.sampling.ends_masked`),
+    so none is drawn, and the rules here hold to the same bound for tokens they are given
+    otherwise; only a stop string that a later token completes counts."""
 
     def __init__(self, eos_token_ids: set[int], decode: Callable[[list[int]], str]) -> None:
         self.eos_token_ids = eos_token_ids

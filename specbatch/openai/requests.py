@@ -8,9 +8,10 @@ with a seed gives the same tokens in any batch; greedy decoding does so without 
 log-probability of each generated token and up to 20 alternatives; a completion's
 `logprobs` counts the alternatives, 0 for the chosen token's alone, a chat asks with
 `logprobs: true` and `top_logprobs`), and vLLM's extensions `top_k` (-1 or 0: off),
-`min_p`, `min_tokens` (neither end of sequence nor a stop string ends an answer before
-that many tokens), `ignore_eos` (the answer runs to `max_tokens`: the fixed output
-lengths load testers ask for, e.g. AIPerf's `--extra-inputs ignore_eos:true`),
+`min_p`, `min_tokens` (nothing ends an answer before that many tokens: its end tokens
+are banned from sampling until then, and a stop string counts only past them),
+`ignore_eos` (the answer runs to `max_tokens`: the fixed output lengths load testers ask
+for, e.g. AIPerf's `--extra-inputs ignore_eos:true`),
 `stop_token_ids` (any of them ends an answer as end of sequence does; its text stays
 unless it is a special token, as in vLLM) and `repetition_penalty`.
 

@@ -37,7 +37,7 @@ class SamplingParams:
     random_seed: int | None = None
     # run to max_tokens through end-of-sequence (vLLM's ignore_eos): fixed output lengths
     ignore_eos: bool = False
-    # neither end of sequence nor a stop string ends it sooner (vLLM's min_tokens)
+    # nothing ends it sooner: its end tokens are banned until then (vLLM's min_tokens)
     min_tokens: int = 0
     # report each output token's log-probability and this many alternatives (vLLM's
     # logprobs; None: none)

@@ -126,11 +126,6 @@ def test_stop_token_ids_end_their_rows_at_the_first_such_token_even_past_ignore_
         else:
             assert (result.tokens, result.finish_reason) == (free_result.tokens, "length")
     assert results[0].num_output_tokens <= 6
-    least = Engine(pair, lookahead=4).generate(
-        [GenerationRequest(rows[0], max_new_tokens=30, stop_token_ids=[stop], min_tokens=6)], mode=mode
-    )[0]
-    later = [i + 1 for i, t in enumerate(free[0].tokens) if t == stop and i + 1 > 6]
-    assert least.tokens == free[0].tokens[: later[0]] if later else least.tokens == free[0].tokens
 
 
 def test_stop_token_ids_outside_the_vocabulary_are_refused(pair) -> None:
@@ -154,26 +149,6 @@ def test_a_row_that_ignores_eos_runs_to_its_budget_beside_rows_that_stop(mode: s
         else:
             assert result.tokens == free_result.tokens[: free_result.tokens.index(eos) + 1]
             assert result.finish_reason == "stop"
-
-
-@pytest.mark.parametrize("mode", ["speculative", "target_only"])
-def test_min_tokens_keeps_end_of_sequence_from_ending_a_row_before_it(mode: str, pair) -> None:
-    rows, reference, stopping, eos = free_run_and_a_pair_that_stops(pair)
-    first_eos = reference[0].tokens.index(eos) + 1  # the token count at row 0's first end
-    least = [first_eos + 2, 0] * (len(rows) // 2) + [first_eos + 2] * (len(rows) % 2)
-    results = Engine(stopping, lookahead=4).generate(
-        [GenerationRequest(p, max_new_tokens=30, min_tokens=m) for p, m in zip(rows, least, strict=True)],
-        mode=mode,
-    )
-    assert first_eos < 30
-    for free_result, result, minimum in zip(reference, results, least, strict=True):
-        ends = [i + 1 for i, token in enumerate(free_result.tokens) if token == eos and i + 1 > minimum]
-        if ends:
-            assert result.tokens == free_result.tokens[: ends[0]], "the target's own tokens"
-            assert result.finish_reason == "stop"
-        else:
-            assert result.tokens == free_result.tokens and result.finish_reason == "length"
-    assert results[0].num_output_tokens > first_eos, "row 0 ran past its first end of sequence"
 
 
 def test_a_stop_string_completed_within_min_tokens_does_not_end_the_row() -> None:
