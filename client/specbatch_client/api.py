@@ -60,6 +60,8 @@ class GenerationOptions:
     # added to these token ids' logits before sampling, -100 to 100 (OpenAI's logit_bias:
     # -100 bans a token, 100 all but forces it; at most 300 ids)
     logit_bias: Mapping[int, float] | None = None
+    # the answer ends right after the stop string that ended it (vLLM's name)
+    include_stop_str_in_output: bool | None = None
 
     def list_inputs(self) -> dict[str, tuple[list, type]]:
         """The request-wide list options as inputs: name -> (values, numpy dtype)."""
@@ -89,6 +91,7 @@ OPTION_INPUTS = {
     "presence_penalty": np.float32,
     "frequency_penalty": np.float32,
     "repetition_penalty": np.float32,
+    "include_stop_str_in_output": np.bool_,
 }
 
 

@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetition-penalty", type=float, help="on prompt and answer tokens (> 1: fewer)")
     parser.add_argument("--stop", action="append", help="end the answer before this string (repeatable)")
     parser.add_argument(
+        "--include-stop-str",
+        action="store_true",
+        default=None,
+        help="end the answer after the stop string instead of before it",
+    )
+    parser.add_argument(
         "--stop-token-id", type=int, action="append", help="end the answer at this token id (repeatable)"
     )
     parser.add_argument(
@@ -68,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         frequency_penalty=args.frequency_penalty,
         repetition_penalty=args.repetition_penalty,
         stop=args.stop,
+        include_stop_str_in_output=args.include_stop_str,
         stop_token_ids=args.stop_token_id,
         logit_bias=dict(args.logit_bias) if args.logit_bias else None,
     )

@@ -257,6 +257,7 @@ class Engine:
             request.min_tokens,
             frozenset(request.stop_token_ids),
             logprobs=None if request.logprobs is None else [],
+            include_stop_str=request.include_stop_str_in_output,
         )
         return Row(
             handle=RowHandle(logprobs=output.logprobs),

@@ -51,6 +51,8 @@ class GenerationRequest:
     # token ids that end the row as its end-of-sequence token does (vLLM's stop_token_ids),
     # whether or not it ignores end of sequence
     stop_token_ids: Sequence[int] = ()
+    # the text keeps the stop string that ended the row (vLLM's include_stop_str_in_output)
+    include_stop_str_in_output: bool = False
 
     @property
     def penalties(self) -> tuple[float, float, float]:

@@ -25,6 +25,8 @@ class RowOutput:
     min_tokens_chars: int | None = None
     # one per kept token, when the row reports log-probabilities (None: it does not)
     logprobs: list[TokenLogprob] | None = None
+    # the text ends with the stop string that ended the row, not right before it
+    include_stop_str: bool = False
 
 
 class StopRules:
@@ -32,7 +34,8 @@ class StopRules:
     does, with it kept last), stop strings and max_new_tokens to each step's new tokens.
 
     A stop string ends the row at the first token whose text completes it; the
-    returned text stops right before the stop string. Nothing ends a row within its
+    returned text stops right before the stop string (or right after it, for a row that
+    includes it, vLLM's include_stop_str_in_output). Nothing ends a row within its
     first ``min_tokens`` tokens (vLLM's `min_tokens`): the sampler bans its end tokens
     there, the draft's and the target's alike (:func:`specbatch.decoding.sampling.ends_masked`),
     so none is drawn, and the rules here hold to the same bound for tokens they are given
@@ -73,11 +76,12 @@ class StopRules:
             return
         for end in range(max(start, row.min_tokens) + 1, len(row.tokens) + 1):
             text = self.decode(row.tokens[:end])
-            cut = _first_stop(text, row.stop, floor)
-            if cut is not None:
+            found = _first_stop(text, row.stop, floor)
+            if found is not None:
+                at, stop = found
                 del row.tokens[end:]
                 row.finish_reason = "stop"
-                row.text = text[:cut]
+                row.text = text[: at + len(stop)] if row.include_stop_str else text[:at]
                 return
 
     def finish(self, row: RowOutput, reason: str | None = None) -> None:
@@ -88,9 +92,9 @@ class StopRules:
             row.text = self.decode(row.tokens)
 
 
-def _first_stop(text: str, stops: Sequence[str], completed_after: int = 0) -> int | None:
+def _first_stop(text: str, stops: Sequence[str], completed_after: int = 0) -> tuple[int, str] | None:
     """Where the first stop string in ``text`` that ends past character ``completed_after``
-    starts, or None."""
-    found = [text.find(s, max(0, completed_after - len(s) + 1)) for s in stops]
-    found = [index for index in found if index >= 0]
-    return min(found) if found else None
+    starts, and which it is (the first listed of those starting there), or None."""
+    found = [(text.find(s, max(0, completed_after - len(s) + 1)), s) for s in stops]
+    found = [(index, s) for index, s in found if index >= 0]
+    return min(found, key=lambda pair: pair[0]) if found else None

@@ -13,7 +13,8 @@ are banned from sampling until then, and a stop string counts only past them),
 `ignore_eos` (the answer runs to `max_tokens`: the fixed output lengths load testers ask
 for, e.g. AIPerf's `--extra-inputs ignore_eos:true`),
 `stop_token_ids` (any of them ends an answer as end of sequence does; its text stays
-unless it is a special token, as in vLLM) and `repetition_penalty`.
+unless it is a special token, as in vLLM), `include_stop_str_in_output` (the text ends
+with the stop string that ended it) and `repetition_penalty`.
 
 `n` choices per prompt run as that many copies of the prompt, the choices prompt by
 prompt (choice `i * n + j` is copy `j` of prompt `i`, as OpenAI numbers them). Each copy
@@ -25,8 +26,8 @@ likeliest; its `echo` puts the prompt before the answer.
 
 What the pipeline cannot honour is refused with a 400 naming the parameter, never
 silently ignored: tools, `suffix`, token-id prompts, structured output
-(`response_format` other than text, vLLM's guided decoding), beam search, vLLM's
-`include_stop_str_in_output`, a chat's `echo` or `best_of`, and `echo` with `logprobs`
+(`response_format` other than text, vLLM's guided decoding), beam search, a chat's
+`echo` or `best_of`, and `echo` with `logprobs`
 (the prompt's own log-probabilities are not computed). Each is accepted at
 the value that means "not used", as clients send their defaults.
 
@@ -68,7 +69,6 @@ _UNSUPPORTED = {
     "guided_choice": (None,),
     "guided_grammar": (None,),
     "use_beam_search": (None, False),
-    "include_stop_str_in_output": (None, False),
 }
 
 
@@ -89,6 +89,7 @@ class Call:
     min_tokens: int = 0
     logprobs: int | None = None  # alternatives per token to report (None: no log-probabilities)
     stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
     stop_token_ids: tuple[int, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()
     presence_penalty: float | None = None
@@ -261,12 +262,9 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
     )
     if not isinstance(include_usage, bool):
         raise bad_request("stream_options.include_usage must be true or false", "stream_options")
-    self_refine = body.get("self_refine") or False
-    if not isinstance(self_refine, bool):
-        raise bad_request("self_refine must be true or false", "self_refine")
-    ignore_eos = body.get("ignore_eos") or False
-    if not isinstance(ignore_eos, bool):
-        raise bad_request("ignore_eos must be true or false", "ignore_eos")
+    self_refine, ignore_eos, include_stop = (
+        _flag(body, name) for name in ("self_refine", "ignore_eos", "include_stop_str_in_output")
+    )
     max_tokens = _positive_integer(max_tokens, "max_tokens")
     return {
         "model": model,
@@ -279,6 +277,7 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "seed": _seed(body.get("seed")),
         "ignore_eos": ignore_eos,
         "stop": _stop(body.get("stop")),
+        "include_stop_str_in_output": include_stop,
         "stop_token_ids": _stop_token_ids(body.get("stop_token_ids")),
         "logit_bias": _logit_bias(body.get("logit_bias")),
         "presence_penalty": _penalty_within_openais_range(body, "presence_penalty"),
@@ -289,6 +288,14 @@ def _common(body: dict, max_tokens: Any) -> dict[str, Any]:
         "n": _positive_integer(body.get("n"), "n") or 1,
         "self_refine": self_refine,
     }
+
+
+def _flag(body: dict, name: str) -> bool:
+    """A true-or-false field of vLLM's; absent or null: false."""
+    value = body.get(name) or False
+    if not isinstance(value, bool):
+        raise bad_request(f"{name} must be true or false", name)
+    return value
 
 
 def _positive_integer(value: Any, name: str) -> int | None:

@@ -167,6 +167,8 @@ def scheduler_arrays(call: Call, routed: dict[str, np.ndarray]) -> dict[str, np.
         arrays["self_refine"] = np.array([[True]], dtype=np.bool_)
     if call.ignore_eos:
         arrays["ignore_eos"] = np.array([[True]], dtype=np.bool_)
+    if call.include_stop_str_in_output:
+        arrays["include_stop_str_in_output"] = np.array([[True]], dtype=np.bool_)
     if call.kind == "chat":
         arrays["chat"] = np.array([[True]], dtype=np.bool_)
         arrays["enable_thinking"] = np.array([[call.enable_thinking]], dtype=np.bool_)

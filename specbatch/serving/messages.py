@@ -60,6 +60,7 @@ class RowWork:
     stream: bool = False
     choices: tuple[str, ...] = ()
     seconds_left: float | None = None
+    include_stop_str_in_output: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)

@@ -53,6 +53,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    # the text keeps the stop string that ended it (vLLM's include_stop_str_in_output)
+    include_stop_str_in_output: bool = False
 
 
 MAX_STOP_STRINGS = 16
@@ -188,6 +190,7 @@ def sampling_params(
     frequency_penalty: float | None = None,
     repetition_penalty: float | None = None,
     min_p: float | None = None,
+    include_stop_str_in_output: bool | None = None,
 ) -> SamplingParams:
     """Validate one prompt's parameters against the server's limits and fill defaults."""
     tokens = limits.default_max_tokens if max_tokens is None else int(max_tokens)
@@ -238,6 +241,7 @@ def sampling_params(
         frequency_penalty=frequency,
         repetition_penalty=repetition,
         min_p=share,
+        include_stop_str_in_output=bool(include_stop_str_in_output),
     )
 
 

@@ -267,6 +267,14 @@ def test_logprobs_give_each_generated_token_the_targets_log_probability(client, 
     ).choices[0]
     assert (cut.text, cut.finish_reason) == ("".join(e["token"] for e in entries[: stop_at + 1]), "stop")
 
+    # a stop string: left out of the text, or kept with vLLM's include_stop_str_in_output
+    stop = generated.text[len(generated.text) // 2 :][:3]
+    options = {"model": "specbatch", "prompt": SEA_PROMPT, "max_tokens": 12, "temperature": 0, "stop": [stop]}
+    before = client.completions.create(**options).choices[0]
+    kept = client.completions.create(extra_body={"include_stop_str_in_output": True}, **options).choices[0]
+    assert before.text == generated.text[: generated.text.find(stop)] and before.finish_reason == "stop"
+    assert kept.text == before.text + stop and kept.finish_reason == "stop"
+
     # OpenAI's logit_bias: +100 makes a token every token, -100 bans one
     options = {"model": "specbatch", "prompt": SEA_PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 0}
     forced = client.completions.create(logit_bias={str(ids[stop_at]): 100}, **options).choices[0]

@@ -296,6 +296,8 @@ def test_logprobs_and_penalties_reach_the_pipeline_over_http_and_grpc(server):
 
 
 def test_stop_strings_stop_token_ids_and_logit_bias_reach_the_pipeline_over_http_and_grpc(server):
+    """Each option as the client sends it: the answer ends before a stop string (after it,
+    asked to keep it), at a stop token, or starts with another token than the banned one."""
     base = GenerationOptions(max_tokens=12, temperature=0.0, logprobs=0, ignore_eos=True)
     [plain] = client_for(server, "http").generate([SEA_PROMPT], base)
     ids = [entry["id"] for entry in plain.token_logprobs]
@@ -303,6 +305,10 @@ def test_stop_strings_stop_token_ids_and_logit_bias_reach_the_pipeline_over_http
     stop_id = ids[2]
     cases = {
         "stop": (replace(base, stop=[stop_text]), plain.text[: plain.text.find(stop_text)]),
+        "stop_kept": (
+            replace(base, stop=[stop_text], include_stop_str_in_output=True),
+            plain.text[: plain.text.find(stop_text) + len(stop_text)],
+        ),
         "stop_token_ids": (replace(base, stop_token_ids=[stop_id]), ids[: ids.index(stop_id) + 1]),
         "logit_bias": (replace(base, logit_bias={ids[0]: -100.0}), ids[0]),
     }
@@ -312,7 +318,7 @@ def test_stop_strings_stop_token_ids_and_logit_bias_reach_the_pipeline_over_http
         )
         assert (over_http.text, over_http.token_logprobs) == (over_grpc.text, over_grpc.token_logprobs), name
         got = [entry["id"] for entry in over_http.token_logprobs]
-        if name == "stop":
+        if name in ("stop", "stop_kept"):
             assert over_http.text == expected and over_http.finish_reason == "stop", (name, over_http)
         elif name == "stop_token_ids":
             assert got == expected and over_http.finish_reason == "stop", (name, over_http)

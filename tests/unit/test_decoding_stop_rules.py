@@ -55,3 +55,18 @@ def test_a_stop_token_ends_the_row_even_where_it_ignores_end_of_sequence_but_not
     assert output.finish_reason == "stop" and [lp.token for lp in kept] == [97, EOS, 99]
     held = RowOutput(max_new_tokens=10, stop=(), stop_token_ids=stops, min_tokens=2, logprobs=[])
     assert [lp.token for lp in kept_logprobs(held, [99, 98], [99, 100])] == [99, 98, 99]
+
+
+def test_a_row_that_includes_its_stop_string_ends_right_after_the_first_one():
+    rules = StopRules({EOS}, characters)
+    included = RowOutput(max_new_tokens=10, stop=("xyz", "cd", "c"), include_stop_str=True)
+    rules.extend(included, [97, 98, 99, 100, 101])
+    assert (included.finish_reason, included.text) == ("stop", "abc"), "the first to start, the first listed"
+    later = RowOutput(max_new_tokens=10, stop=("de", "bcd"), include_stop_str=True)
+    for step in ([97, 98], [99, 100, 101]):
+        rules.extend(later, step)
+    assert later.text == "abcd" and later.tokens == [97, 98, 99, 100]
+    cut = RowOutput(max_new_tokens=10, stop=("bcd",))
+    for step in ([97, 98], [99, 100, 101]):
+        rules.extend(cut, step)
+    assert cut.text == "a" and cut.tokens == later.tokens, "the same tokens, the text cut before it"

@@ -139,16 +139,20 @@ def test_min_tokens_reaches_the_scheduler_only_when_set():
         assert unset.min_tokens == 0 and "min_tokens" not in scheduler_arrays(unset, routed)
 
 
-def test_ignore_eos_is_honoured_and_reaches_the_scheduler_only_when_true():
+@pytest.mark.parametrize("flag", ["ignore_eos", "include_stop_str_in_output"])
+def test_vllms_flags_are_honoured_and_reach_the_scheduler_only_when_true(flag):
     routed = {
         "routed_task": np.array([[b"infobench"]], dtype=np.object_),
         "route_error": np.array([[b""]], dtype=np.object_),
     }
-    on = parse_completion({"model": "m", "prompt": "x", "max_tokens": 9, "ignore_eos": True})
-    assert on.ignore_eos and scheduler_arrays(on, routed)["ignore_eos"].tolist() == [[True]]
-    for body in ({}, {"ignore_eos": False}, {"ignore_eos": None}):
+    on = parse_completion({"model": "m", "prompt": "x", "max_tokens": 9, flag: True})
+    assert getattr(on, flag) and scheduler_arrays(on, routed)[flag].tolist() == [[True]]
+    for body in ({}, {flag: False}, {flag: None}):
         off = parse_completion({"model": "m", "prompt": "x", **body})
-        assert not off.ignore_eos and "ignore_eos" not in scheduler_arrays(off, routed)
+        assert not getattr(off, flag) and flag not in scheduler_arrays(off, routed)
+    with pytest.raises(OpenAIError) as caught:
+        parse_completion({"model": "m", "prompt": "x", flag: "true"})
+    assert caught.value.body()["error"]["param"] == flag
 
 
 @pytest.mark.parametrize(
@@ -248,6 +252,7 @@ def test_the_front_feeds_the_scheduler_what_the_ensemble_would():
             "self_refine": True,
             "seed": -1,
             "ignore_eos": True,
+            "include_stop_str_in_output": True,
             "min_tokens": 2,
         }
     )

@@ -78,6 +78,7 @@ ROWS = [
         stop=("\n\n", "END"),
         stream=True,
         seconds_left=1.5,
+        include_stop_str_in_output=True,
     ),
     RowWork(row=5, kind=SCORE, prompt="Question: x\nAnswer:", choices=(" A", " B")),
     RowWork(row=6, kind=SCORE, prompt=CHAT_PROMPT, choices=("A", "B")),

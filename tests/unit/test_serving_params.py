@@ -25,6 +25,8 @@ def test_defaults_fill_what_the_client_left_out():
     assert params.random_seed is None, "no seed: each sampled row draws afresh"
     assert not params.ignore_eos, "a row stops at end-of-sequence unless told otherwise"
     assert sampling_params(LIMITS, ignore_eos=True).ignore_eos
+    assert not params.include_stop_str_in_output, "the text ends right before a stop string unless told"
+    assert sampling_params(LIMITS, include_stop_str_in_output=True).include_stop_str_in_output
     assert params.min_tokens == 0 and sampling_params(LIMITS, max_tokens=30, min_tokens=30).min_tokens == 30
     assert params.logprobs is None, "no log-probabilities unless asked"
     penalties = (params.presence_penalty, params.frequency_penalty, params.repetition_penalty)

@@ -148,6 +148,7 @@ class InstanceRunner:
                 presence_penalty=work.presence_penalty,
                 frequency_penalty=work.frequency_penalty,
                 repetition_penalty=work.repetition_penalty,
+                include_stop_str_in_output=work.include_stop_str_in_output,
                 deadline=deadline,
             )
             with self._lock:

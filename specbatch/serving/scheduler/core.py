@@ -423,6 +423,7 @@ class SchedulerCore:
             repetition_penalty=sampling.repetition_penalty,
             stream=sampling.stream and not record.refines_next,  # a first answer is not the answer
             seconds_left=seconds_left,
+            include_stop_str_in_output=sampling.include_stop_str_in_output,
         )
 
     def _finished_row(self, record: PromptRecord, outcome: RowOutcome) -> None:

@@ -46,6 +46,7 @@ SAMPLING_COLUMNS = (
     "presence_penalty",
     "frequency_penalty",
     "repetition_penalty",
+    "include_stop_str_in_output",
 )
 CHAT_COLUMNS = ("chat", "enable_thinking", "chat_history")
 
@@ -70,6 +71,7 @@ class RoutedRequest:
     presence_penalty: Sequence[float] | None = None
     frequency_penalty: Sequence[float] | None = None
     repetition_penalty: Sequence[float] | None = None
+    include_stop_str_in_output: Sequence[bool] | None = None
     stream: bool = False
     timeout_s: float | None = None
     chat: Sequence[bool] | None = None
