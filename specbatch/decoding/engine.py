@@ -618,8 +618,10 @@ class Engine:
 
     def _batch_shape(self, rows: list[Row]) -> BatchShape:
         prior, weight = self._acceptance.optimistic_alpha, self._acceptance.row_prior_weight
+        measured = self._acceptance.alpha
         return BatchShape(
             alphas=[r.alpha(prior, weight) for r in rows],
+            measured_alphas=[r.alpha(measured, weight) for r in rows],
             remaining=[r.remaining for r in rows],
             span=max(r.seq_len for r in rows),
             lags=[r.seq_len - r.draft_cached if _lags(r) else 0 for r in rows],

@@ -973,3 +973,40 @@ def test_a_batch_near_a_buckets_edge_reads_the_neighbour_beyond_it_too() -> None
     for _ in range(40):
         alone.record(30, 4, (100.0, 0.3), (100.0, 0.45))
     assert alone.corrections(31, [4])[0][1] == pytest.approx(1.5, rel=0.02)
+
+
+def _run_fresh_rows(policy: GoodputLookahead, world: World, steps: int, alpha: float, seed: int) -> list[int]:
+    """As ``_run_geometric``, but the row's acceptance as the choice sees it leans on
+    an upper bound of what the instance has measured, as a fresh engine's does (α plus
+    two standard errors of four draft tokens at first, narrowing as drafts are judged),
+    while the measured acceptance is α's estimate itself."""
+    rng = random.Random(seed)
+    remaining, trials, accepted_total = 100_000, 4.0, 4.0 * 0.6  # the engine's prior: 0.6 of 4 tokens
+    chosen = []
+    for _ in range(steps):
+        measured = accepted_total / trials
+        optimistic = min(1.0, measured + 2.0 * math.sqrt(measured * (1.0 - measured) / trials))
+        row = BatchShape(
+            alphas=[optimistic], remaining=[remaining], span=100, rows=[0], measured_alphas=[measured]
+        )
+        k = policy.choose(row)
+        accepted = next((i for i in range(k) if rng.random() >= alpha), k)
+        policy.record(StepOutcome(k, row, k, accepted, accepted + 1, world(k) * rng.uniform(0.95, 1.05)))
+        trials += accepted + (1 if accepted < k else 0)
+        accepted_total += accepted
+        remaining -= accepted + 1
+        chosen.append(k)
+    return chosen
+
+
+def test_a_fresh_engines_optimism_does_not_price_speculation_down() -> None:
+    # a70 at one row: the first probes run long Ks on an acceptance bound of about 1.0
+    # and commit a fraction of what that bound predicts; judged against the measured
+    # acceptance they are what K delivers, and K = 2 is found
+    world = _world(plain=0.01, draft=0.0015, verify_per_token=0.0015)
+    alpha = 0.7
+    assert _best_k(world, alpha) == 2
+    best = _rate(world, alpha, [2])
+    for seed in range(3):
+        chosen = _run_fresh_rows(_optimistic_policy(), world, steps=1200, alpha=alpha, seed=seed)
+        assert _rate(world, alpha, chosen[300:]) >= 0.95 * best, seed
