@@ -334,9 +334,13 @@ class GoodputLookahead:
         return committed, step + self.switch_seconds(batch, lookahead)
 
     def predict_step(self, step: StepOutcome) -> tuple[float, float]:
-        """Predicted (committed tokens, seconds) of what ``step`` ran: its rows at its K
-        and, beside them, a plain pass of the rest (one token each), in one iteration."""
-        tokens, seconds = self._step(step.batch, step.lookahead)
+        """Predicted (committed tokens, seconds) of what ``step`` ran: its rows at its K,
+        at their measured acceptance (see :meth:`record`), and, beside them, a plain pass
+        of the rest (one token each), in one iteration."""
+        batch = step.batch
+        if batch.measured_alphas:
+            batch = dataclasses.replace(batch, alphas=batch.measured_alphas)
+        tokens, seconds = self._step(batch, step.lookahead)
         rows = len(step.batch.alphas) + step.plain_beside
         if step.plain_beside:
             beside_tokens, beside_seconds = self._step(step.beside, 0)
@@ -486,18 +490,15 @@ class GoodputLookahead:
         speculation on) would otherwise read as a K costing many times its prediction
         and lock every K out of that batch size.
 
-        The prediction takes the rows' measured acceptance, not the optimistic one the
-        choice took, whose optimism is there to make a fresh engine probe: judged
-        against it, a fresh engine's first steps at a70 with one row (K = 8 on an
-        acceptance bound of 1.0: 9 tokens predicted, 2 committed; then K = 6: 5.5 and 2)
-        priced every K at about a quarter of its tokens, and goodput decoded plain on
-        1,836 of the next 1,852 steps, where K = 2 ran 1.08x target-only decoding."""
+        The prediction (:meth:`predict_step`) takes the rows' measured acceptance, not
+        the optimistic one the choice took, whose optimism is there to make a fresh
+        engine probe: judged against that, a fresh engine's first steps at a70 with one
+        row (K = 8 on an acceptance bound of 1.0: 9 tokens predicted, 2 committed; then
+        K = 6: 5.5 and 2) priced every K at about a quarter of its tokens, and goodput
+        decoded plain on 1,836 of the next 1,852 steps, where K = 2 ran 1.08x
+        target-only decoding."""
         if not step.batch.alphas:
             return
-        if step.batch.measured_alphas:
-            step = dataclasses.replace(
-                step, batch=dataclasses.replace(step.batch, alphas=step.batch.measured_alphas)
-            )
         self.realised.record(
             len(step.batch.alphas) + step.plain_beside,
             step.lookahead,
