@@ -177,48 +177,47 @@ class StepRunner:
         """The tokens that would end each row short of its min_tokens (none for the others
         and for padding rows), padded with the id past the vocabulary, and where its
         min_tokens end."""
-        vocab = self.pair.vocab_size
         ends = [
             sorted(r.output.stop_token_ids | (set() if r.output.ignore_eos else self.pair.eos_token_ids))
             if is_short
             else []
             for r, is_short in zip(rows, short, strict=True)
         ]
-        width = self.shapes.width(max([1, *map(len, ends)]))
-        ids = [e + [vocab] * (width - len(e)) for e in ends] + [[vocab] * width] * (batch - len(rows))
         until = [r.prompt_length + r.output.min_tokens for r in rows] + [0] * (batch - len(rows))
-        return EndMask(self._tensor(ids, torch.long), self._tensor(until, torch.long))
+        return EndMask(self._padded_ids(ends, batch), self._tensor(until, torch.long))
 
     def _logit_bias(self, bias: list[Sequence[tuple[int, float]]], batch: int) -> LogitBias:
         """Each row's (token, bias) pairs, padded with the id past the vocabulary."""
-        width = self.shapes.width(max(1, *(len(pairs) for pairs in bias)))
-        pad = [(self.pair.vocab_size, 0.0)]
-        rows = [list(pairs) + pad * (width - len(pairs)) for pairs in bias]
-        rows += [pad * width] * (batch - len(bias))
         return LogitBias(
-            ids=self._tensor([[token for token, _ in row] for row in rows], torch.long),
-            values=self._tensor([[value for _, value in row] for row in rows], torch.float32),
+            ids=self._padded_ids([[token for token, _ in pairs] for pairs in bias], batch),
+            values=self._padded([[value for _, value in pairs] for pairs in bias], batch, 0.0, torch.float32),
         )
+
+    def _padded_ids(self, rows_ids: list[list[int]], batch: int) -> torch.Tensor:
+        """Token ids per row [batch, width], padded with the id past the vocabulary, which
+        stands for no token."""
+        return self._padded(rows_ids, batch, self.pair.vocab_size, torch.long)
+
+    def _padded(self, rows_values: list[list], batch: int, fill: float, dtype: torch.dtype) -> torch.Tensor:
+        """Rows of values as one [batch, width] tensor: each row and the padding rows
+        after them filled with ``fill`` to a width of the shapes' buckets."""
+        width = self.shapes.width(max([1, *map(len, rows_values)]))
+        filled = [list(values) + [fill] * (width - len(values)) for values in rows_values]
+        return self._tensor(filled + [[fill] * width] * (batch - len(rows_values)), dtype)
 
     def _penalties(self, rows: Sequence[Row], batch: int, features: SamplingFeatures) -> PenaltyTensors:
         """What the rows' penalties read: their outputs so far and, where a repetition
         penalty needs them, their prompts; padding rows and padded ids count for nothing."""
-        pad, absent = batch - len(rows), self.pair.vocab_size
+        pad = batch - len(rows)
         presence, frequency, repetition = zip(*[r.request.penalties for r in rows], strict=True)
-
-        def padded(rows_tokens: list[list[int]]) -> torch.Tensor:
-            width = self.shapes.width(max(1, *(len(tokens) for tokens in rows_tokens)))
-            rows_padded = [tokens + [absent] * (width - len(tokens)) for tokens in rows_tokens]
-            return self._tensor(rows_padded + [[absent] * width] * pad, torch.long)
-
         outputs = [r.tokens[r.prompt_length :] for r in rows]
         prompts = [r.tokens[: r.prompt_length] if features.repetition else [] for r in rows]
         return PenaltyTensors(
             presence=self._tensor([*presence] + [0.0] * pad, torch.float32),
             frequency=self._tensor([*frequency] + [0.0] * pad, torch.float32),
             repetition=self._tensor([*repetition] + [1.0] * pad, torch.float32),
-            output_ids=padded(outputs),
-            prompt_ids=padded(prompts),
+            output_ids=self._padded_ids(outputs, batch),
+            prompt_ids=self._padded_ids(prompts, batch),
             step_tokens=self._tensor([[]] * batch, torch.long).reshape(batch, 0),
         )
 
