@@ -98,24 +98,50 @@ def kubelet(pod: TritonProcess) -> Iterator[Kubelet]:
     assert set(kubelet.exits) <= TRITON_ABORTED, f"tritonserver exited with {kubelet.exits}"
 
 
-def until(predicate, what: str, timeout_s: float, kubelet: Kubelet | None = None) -> float:
-    """Seconds until ``predicate()`` holds (polling an observable of the server); with
-    ``kubelet``, a container it restarted meanwhile gets the time it takes to start."""
+def until(
+    server: TritonProcess, predicate, what: str, timeout_s: float, kubelet: Kubelet | None = None
+) -> float:
+    """Seconds until ``predicate()`` holds (polling an observable of ``server``); with
+    ``kubelet``, a container it restarted meanwhile gets the time it takes to start. A
+    timeout quotes what the pod's watchers logged: whether they saw the death at all."""
     started = time.monotonic()
     while not predicate():
         allowed_s = timeout_s if kubelet is None else kubelet.allowance(started, timeout_s)
-        assert time.monotonic() - started < allowed_s, f"timed out waiting for {what}"
+        waited_s = time.monotonic() - started
+        assert waited_s < allowed_s, f"timed out ({waited_s:.0f} s) for {what}\n{watchers_log(server)}"
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+def watchers_log(server: TritonProcess) -> str:
+    """The lines the stub supervisor and the gateway wrote to the server's log."""
+    lines = server.log_tail(lines=400).splitlines()
+    return "\n".join(line for line in lines if "specbatch.server" in line or "specbatch.gateway:" in line)
 
 
 def serves(server: TritonProcess) -> bool:
     return post_generate(server.http_url, 4)[0] == 200
 
 
-def readiness_is_honest(server: TritonProcess) -> bool:
-    """Ready only if a request is served: a dead step shows as not ready (or is back)."""
-    return not is_ready(server.http_url) or serves(server)
+def readiness_turns_honest(server: TritonProcess, what: str) -> float:
+    """Seconds until `/v2/health/ready` says not ready, or a request is served again (the
+    step came back between two looks). The requests run beside the readiness polls, not
+    inside them: one waiting on the dead step must not hold the next look up. The poster
+    ends with the request it has in flight."""
+    served, stop = threading.Event(), threading.Event()
+
+    def post_until_served() -> None:
+        while not stop.is_set():
+            if serves(server):
+                served.set()
+                return
+
+    poster = threading.Thread(target=post_until_served, name="poster", daemon=True)
+    poster.start()
+    try:
+        return until(server, lambda: served.is_set() or not is_ready(server.http_url), what, HONEST_S)
+    finally:
+        stop.set()
 
 
 def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod, kubelet):
@@ -123,10 +149,10 @@ def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod, kubelet)
     stream = long_requests_on_a_stream(pod.grpc_url, 2)
     with ThreadPoolExecutor(4) as pool:
         pending = [pool.submit(post_generate, pod.http_url, 400) for _ in range(4)]
-        until(lambda: running_rows(pod.metrics_url) >= 2, "rows to run", 60)
+        until(pod, lambda: running_rows(pod.metrics_url) >= 2, "rows to run", 60)
         killed = time.monotonic()
         os.kill(stub_pid(pod.server_pid, "scheduler_0_0"), signal.SIGKILL)
-        until(lambda: readiness_is_honest(pod), "readiness to say the scheduler is down", HONEST_S)
+        readiness_turns_honest(pod, "readiness to say the scheduler is down")
         answers = [future.result(timeout=60) for future in pending]
         streamed = final_answers(stream, 2, timeout_s=60)
         answered_s = time.monotonic() - killed
@@ -136,12 +162,12 @@ def test_a_killed_scheduler_s_requests_are_answered_and_it_is_back(pod, kubelet)
     assert all(error is None or "retry" in error for error in streamed), streamed
     failed = [status for status, _ in answers if status == 503] + [e for e in streamed if e is not None]
     assert failed, "rows were running on the dead scheduler's behalf"
-    until(lambda: serves(pod), "the scheduler to serve again", BACK_S, kubelet)
+    until(pod, lambda: serves(pod), "the scheduler to serve again", BACK_S, kubelet)
 
 
 def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod, kubelet):
     os.kill(stub_pid(pod.server_pid, "router_0_0"), signal.SIGKILL)
-    until(lambda: readiness_is_honest(pod), "readiness to say the router is down", HONEST_S)
+    readiness_turns_honest(pod, "readiness to say the router is down")
     statuses = set()
 
     def back() -> bool:
@@ -149,7 +175,7 @@ def test_a_killed_router_is_back_and_meanwhile_requests_get_503(pod, kubelet):
         statuses.add(status)
         return status == 200
 
-    until(back, "the router to serve again", BACK_S, kubelet)
+    until(pod, back, "the router to serve again", BACK_S, kubelet)
     assert statuses <= {200, 503}, statuses
 
 
@@ -162,7 +188,7 @@ def test_a_killed_instance_is_back_and_both_serve_again(pod, kubelet):
         assert all(status in (200, 503) for status, _ in answers), answers
         return {json.loads(body)["model_instance"] for status, body in answers if status == 200} == INSTANCES
 
-    until(both_serve, "both instances to serve", FULL_CAPACITY_S, kubelet)
+    until(pod, both_serve, "both instances to serve", FULL_CAPACITY_S, kubelet)
 
 
 def test_a_killed_tritonserver_leaves_no_process_behind(pod, kubelet):
@@ -173,5 +199,8 @@ def test_a_killed_tritonserver_leaves_no_process_behind(pod, kubelet):
     assert len(below) >= 6, below  # four stubs, two solver workers, and their watchers
     os.kill(pod.server_pid, signal.SIGKILL)
     until(
-        lambda: not any(Path(f"/proc/{pid}").exists() for pid in below), "every process below it to exit", 20
+        pod,
+        lambda: not any(Path(f"/proc/{pid}").exists() for pid in below),
+        "every process below it to exit",
+        20,
     )
