@@ -80,7 +80,13 @@ from tqdm import tqdm
 
 from specbatch.decoding import Engine, GenerationRequest, GenerationResult, ModelPair, load_model_pair
 from specbatch.decoding.engine import DecodedStep
-from specbatch.decoding.lookahead import MAX_LOOKAHEAD, BatchShape, GoodputLookahead, StepOutcome
+from specbatch.decoding.lookahead import (
+    MAX_LOOKAHEAD,
+    BatchShape,
+    GoodputLookahead,
+    StepOutcome,
+    at_measured_acceptance,
+)
 from specbatch.decoding.rows import RowHandle
 from specbatch.decoding.tiny import BENCH_SPEC, CONTROLLED_ALPHAS, TINY_SPEC, build_controlled_pair
 from specbatch.figures import save_figure
@@ -313,8 +319,9 @@ class ChoiceLog:
 
     Every choice is logged too: its K, the rows (their acceptance and tokens left), how
     many of their drafts lag and by how many tokens in all, what catching them all up is
-    predicted to cost, and every K's corrected (tokens, seconds) as the policy saw them,
-    so a long plain spell shows what kept each K > 0 out. Pricing the nine Ks again costs
+    predicted to cost, and every K's corrected (tokens, seconds) as the policy priced them
+    (at the rows' measured acceptance), so a long plain spell shows what kept each K > 0
+    out. Pricing the nine Ks again costs
     about what a choice does, inside goodput's relay slices: a logged run is for
     explaining choices, its goodput figure is charged for the log."""
 
@@ -347,7 +354,10 @@ class ChoiceLog:
                         "lag_tokens": sum(batch.lags),
                         "catch_up_s": policy.catch_up_seconds(batch),
                         "feed_s_per_token": policy.feeds.seconds_per_token,
-                        "corrected": [list(s) for s in policy.corrected(batch, range(MAX_LOOKAHEAD + 1))],
+                        "corrected": [
+                            list(s)
+                            for s in policy.corrected(at_measured_acceptance(batch), range(MAX_LOOKAHEAD + 1))
+                        ],
                         "at": self._clock() - self._began,
                     }
                 )
