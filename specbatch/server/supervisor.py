@@ -122,9 +122,10 @@ class StubSupervisor:
             ready = None if self._ready_models is None else self._ready_models()
         except Exception:  # the server is not answering yet: learn them at a later look
             return
-        self._expected.update(
-            (pid, name) for pid, name in unknown.items() if ready is None or model_of(name) in ready
-        )
+        learnt = {pid: name for pid, name in unknown.items() if ready is None or model_of(name) in ready}
+        if learnt:
+            logger.info("watching %s", ", ".join(f"{name} ({pid})" for pid, name in sorted(learnt.items())))
+        self._expected.update(learnt)
 
     def _bring_back(self, model: str, before: dict[int, str]) -> None:
         survivors = [pid for pid, name in before.items() if pid in self._expected and model_of(name) == model]
