@@ -321,9 +321,9 @@ class ChoiceLog:
     many of their drafts lag and by how many tokens in all, what catching them all up is
     predicted to cost, and every K's corrected (tokens, seconds) as the policy priced them
     (at the rows' measured acceptance), so a long plain spell shows what kept each K > 0
-    out. Pricing the nine Ks again costs
-    about what a choice does, inside goodput's relay slices: a logged run is for
-    explaining choices, its goodput figure is charged for the log."""
+    out. Pricing the nine Ks again costs about what a choice does, inside goodput's relay
+    slices: a logged run is for explaining choices, its goodput figure is charged for the
+    log."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.rounds: list[dict] = []
