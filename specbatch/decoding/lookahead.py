@@ -407,13 +407,18 @@ class GoodputLookahead:
         acceptance, raised by the evidence it lacks (the realised bonus) and, while
         speculation has run little at this batch size, by the optimism of the acceptance
         bound (:func:`acceptance_optimism`, weighed as OPTIMISM_STEPS speculative steps
-        against theirs). Held only where the best score is also the best goodput: a K
-        chosen for its optimism is a probe. The bound never narrows to the measured
-        acceptance itself (that is measured on decayed evidence): priced into goodput at
-        full weight, as it was, it kept a K that delivers less than plain decoding. On
-        the α ≈ 0.5 pair at four clients goodput ran K = 1 on 85-95 % of its steps in two
-        rounds of three, and fed newcomers' drafts on its word, at 0.90x target-only
-        where K = 1 ran 0.93x (medians of the rounds' ratios)."""
+        against theirs); both bonuses divided by what a probe of K costs over a plain
+        step, the whole catch-up of lagging drafts included. Undivided, the bound's
+        optimism at α ≈ 0.5 and sixteen clients bought a probe priced at 0.91x plain
+        decoding that first fed sixteen prompts to the draft (2,747 tokens, seven plain
+        steps' time) 2-7 times in each closed loop of 64 requests (about 600 steps).
+        Held only where the best score is also the best goodput: a K chosen for its
+        optimism is a probe. The bound never narrows to the measured acceptance itself
+        (that is measured on decayed evidence): priced into goodput at full weight, as
+        it was, it kept a K that delivers less than plain decoding. On the α ≈ 0.5 pair
+        at four clients goodput ran K = 1 on 85-95 % of its steps in two rounds of
+        three, and fed newcomers' drafts on its word, at 0.90x target-only where K = 1
+        ran 0.93x (medians of the rounds' ratios)."""
         if not batch.alphas:
             return 0
         rows = len(batch.alphas)
@@ -432,8 +437,9 @@ class GoodputLookahead:
             self.realised.optimistic(
                 rows,
                 k,
-                rate * (1.0 + (acceptance_optimism(batch, k) - 1.0) * optimism_weight),
+                rate,
                 (s + (catch_up if k else 0.0)) / plain_seconds if plain_seconds > 0 else 1.0,
+                (acceptance_optimism(batch, k) - 1.0) * optimism_weight,
             )
             for k, (rate, (_, s)) in enumerate(zip(rates, steps, strict=True))
         ]

@@ -261,11 +261,14 @@ class RealisedGoodput:
         """The discounted steps of every K > 0 together at this batch size."""
         return sum(e.steps for k, e in self._read(rows).arms.items() if k > 0)
 
-    def optimistic(self, rows: int, k: int, rate: float, relative_cost: float) -> float:
-        """A corrected rate plus the bonus of the evidence it lacks. ``relative_cost`` is
-        what a probe of K costs over a plain step: a long K's step, and the whole
+    def optimistic(
+        self, rows: int, k: int, rate: float, relative_cost: float, optimism: float = 0.0
+    ) -> float:
+        """A corrected rate plus the bonus of the evidence it lacks and the caller's own
+        ``optimism`` (a fraction of the rate: the acceptance bound's). ``relative_cost``
+        is what a probe of K costs over a plain step: a long K's step, and the whole
         catch-up of drafts that lag (a probe that ends in plain decoding again repays
-        none of it), cost that many plain steps, so its bonus is that much smaller.
+        none of it), cost that many plain steps, so both bonuses are that much smaller.
         Plain decoding (K = 0) gets one only where speculation has mostly run (see the
         module's docstring)."""
         bucket = self._read(rows)
@@ -273,5 +276,5 @@ class RealisedGoodput:
         steps = self.steps(rows, k)
         if k == 0 and steps >= self.speculative_steps(rows):
             return rate
-        bonus = EXPLORATION * math.sqrt(math.log(1.0 + total) / (steps + PRIOR_STEPS))
+        bonus = EXPLORATION * math.sqrt(math.log(1.0 + total) / (steps + PRIOR_STEPS)) + optimism
         return rate * (1.0 + bonus / max(1.0, relative_cost))

@@ -1045,3 +1045,29 @@ def test_a_standing_optimism_does_not_keep_a_k_that_loses_to_plain_decoding() ->
             chosen.append(k)
         assert sum(1 for k in chosen[500:] if k) <= 0.05 * len(chosen[500:]), seed
         assert _rate(world, alpha, chosen[500:]) >= 0.99 * _rate(world, alpha, [0]), seed
+
+
+def test_the_bounds_optimism_buys_a_cheap_probe_and_not_a_whole_catch_up() -> None:
+    # a50 at sixteen clients, decoding plain: rows join with their drafts lagging by
+    # their whole prompts, and the rows with little evidence lean on an acceptance bound
+    # 0.1 above the measured acceptance. Undivided by what a probe costs, that optimism
+    # bought a probe that first fed sixteen prompts to the draft (2,747 tokens, 85 ms,
+    # seven plain steps) for a K priced at 0.91x plain decoding, every ~100-300 steps.
+    def choice(lag: int) -> int:
+        policy = GoodputLookahead(
+            _policy_costs(_costs(per_token=2.6e-4, fixed=0.00784), _costs(per_token=3e-5, fixed=0.0015))
+        )
+        batch = BatchShape(
+            alphas=[0.6] * 16,
+            remaining=[200] * 16,
+            span=200,
+            lags=[lag] * 16,
+            rows=list(range(16)),
+            measured_alphas=[0.5] * 16,
+        )
+        measured = dataclasses.replace(batch, alphas=batch.measured_alphas)
+        assert policy.goodput(measured, 1) < policy.goodput(measured, 0)
+        return policy.choose(batch)
+
+    assert choice(lag=0) == 1, "caught up, a probe costs little more than a plain step"
+    assert choice(lag=150) == 0, "a probe that must feed 2,400 tokens to the draft first"
