@@ -411,14 +411,14 @@ class GoodputLookahead:
         step, the whole catch-up of lagging drafts included. Undivided, the bound's
         optimism at α ≈ 0.5 and sixteen clients bought a probe priced at 0.91x plain
         decoding that first fed sixteen prompts to the draft (2,747 tokens, seven plain
-        steps' time) 2-7 times in each closed loop of 64 requests (about 600 steps).
-        Held only where the best score is also the best goodput: a K chosen for its
-        optimism is a probe. The bound never narrows to the measured acceptance itself
-        (that is measured on decayed evidence): priced into goodput at full weight, as
-        it was, it kept a K that delivers less than plain decoding. On the α ≈ 0.5 pair
-        at four clients goodput ran K = 1 on 85-95 % of its steps in two rounds of
-        three, and fed newcomers' drafts on its word, at 0.90x target-only where K = 1
-        ran 0.93x (medians of the rounds' ratios)."""
+        steps' time) 2-7 times in each closed loop of 64 requests (about 600 steps)
+        after the engine's first. Held only where the best score is also the best
+        goodput: a K chosen for its optimism is a probe. The bound never narrows to the
+        measured acceptance itself (that is measured on decayed evidence): priced into
+        goodput at full weight, as it was, it kept a K that delivers less than plain
+        decoding. On the α ≈ 0.5 pair at four clients goodput ran K = 1 on 85-95 % of
+        its steps in two rounds of three, and fed newcomers' drafts on its word, at
+        0.90x target-only where K = 1 ran 0.93x (medians of the rounds' ratios)."""
         if not batch.alphas:
             return 0
         rows = len(batch.alphas)
