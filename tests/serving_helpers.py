@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
@@ -64,3 +65,18 @@ class RecordingReply:
 
     def tasks_streamed(self, index: int) -> set[str]:
         return {task for i, task, _ in self.deltas if i == index}
+
+
+def within_rounding(reported: list[dict], expected: list[dict]) -> bool:
+    """The same tokens and alternatives with the same logprobs up to float rounding: two rows
+    decoded side by side sit at different places in each batch, and the sums behind a
+    log-softmax may then round apart in the last bits (tokens are exact, logprobs are not)."""
+
+    def shape(entries: list[dict]) -> list:
+        return [(e["id"], e["token"], [(t["id"], t["token"]) for t in e["top_logprobs"]]) for e in entries]
+
+    def values(entries: list[dict]) -> list[float]:
+        return [v for e in entries for v in (e["logprob"], *(t["logprob"] for t in e["top_logprobs"]))]
+
+    same_values = values(reported) == pytest.approx(values(expected), abs=1e-9)
+    return shape(reported) == shape(expected) and same_values
