@@ -88,8 +88,14 @@ class Counted:
 
         policy.record, policy.choose, runner.prefill = recorded, timed, timed_prefill
 
+    def snapshot(self) -> Counted:
+        """What has been counted so far, kept apart from what is counted next."""
+        taken = copy.copy(self)
+        taken.steps, taken.choices = list(self.steps), list(self.choices)
+        return taken
+
     def since(self, mark: Counted) -> Counted:
-        """What was counted after ``mark`` (a copy taken earlier)."""
+        """What was counted after ``mark`` (a snapshot taken earlier)."""
         later = copy.copy(self)
         later.steps, later.choices = self.steps[len(mark.steps) :], self.choices[len(mark.choices) :]
         later.record_seconds -= mark.record_seconds
@@ -101,7 +107,7 @@ class Counted:
 def profile(engine: Engine, counted: Counted, jobs: list[Job], concurrency: int, requests: int) -> str:
     """Serve ``requests`` of ``jobs`` at ``concurrency`` on ``engine`` (its spending
     ``counted``); its table row."""
-    mark = copy.copy(counted)
+    mark = counted.snapshot()
     started = time.perf_counter()
     loop = ClosedLoop(engine, jobs, concurrency, "speculative", limit=requests)
     loop.finished.wait()
