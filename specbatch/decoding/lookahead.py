@@ -31,8 +31,7 @@
   in a steady stream every row would otherwise join lagging by its whole prompt, older
   rows by all they have decoded too, and the catch-up that switching on costs would
   never shrink.
-  A choice is held for a few steps of the same rows without pricing the Ks again (plain
-  decoding that wants no newcomer's draft fed, of as many rows, whichever they are):
+  A choice is held for a few steps of the same rows without pricing the Ks again:
   pricing nine Ks costs a few per cent of a step at one row, while what the choice
   rests on moves little in a few steps (a plain step moves no acceptance at all; a
   speculative one moves each row's estimate by a few draft tokens of evidence). A probe
@@ -72,9 +71,7 @@ GOODPUT_MARGIN = 1.01
 # speculative one), and while the same rows decode the answer seldom changes within a
 # few steps; a probe the optimism bonus would have made comes at most this many steps
 # late. A row joining or leaving ends the hold: a row about to finish cannot repay
-# speculation, the row that takes its place can, and a newcomer's draft may lag. Only
-# plain decoding that judged a newcomer would not pay is held while rows take each
-# other's places (the batch size unchanged).
+# speculation, the row that takes its place can, and a newcomer's draft may lag.
 HOLD_STEPS = 8
 # A speculative choice is held only once its K has run this many (discounted) steps at
 # this batch size: a K chosen on the cost model's word alone may be far off, and its
@@ -345,7 +342,7 @@ class GoodputLookahead:
         """Predicted (committed tokens, seconds) of what ``step`` ran: its rows at its K,
         at their measured acceptance (see :meth:`record`), and, beside them, a plain pass
         of the rest (one token each), in one iteration."""
-        # a plain step's price does not depend on acceptance
+        # a plain step's price does not depend on acceptance: no copy of the batch for it
         batch = at_measured_acceptance(step.batch) if step.lookahead else step.batch
         tokens, seconds = self._step(batch, step.lookahead)
         rows = len(step.batch.alphas) + step.plain_beside
@@ -427,7 +424,7 @@ class GoodputLookahead:
         if not batch.alphas:
             return 0
         rows = len(batch.alphas)
-        if self._held and self._holds_for(batch.rows):
+        if self._held and batch.rows and tuple(batch.rows) == self._held_rows:
             self._held -= 1
             return self.k
         self.feeds.observe(batch)
@@ -458,20 +455,6 @@ class GoodputLookahead:
         self.k = best_k
         self.feeds_drafts = best_k > 0 or self._newcomer_would_pay(measured, rates[0])
         return best_k
-
-    def _holds_for(self, rows: Sequence[int]) -> bool:
-        """Whether the held choice answers for these rows: the rows it was made for, or,
-        for plain decoding that wanted no newcomer's draft fed, as many rows. Such a
-        choice has judged a newcomer already (:meth:`_newcomer_would_pay`): a row taking
-        another's place would not make speculation pay. On the α ≈ 0.5 pair at four
-        clients, where goodput decodes plain and a row joins or leaves every dozen steps
-        or so, the Ks were priced on 299 of 1,516 choices in a closed loop of 40 requests;
-        held across such turnovers, on 205-213 of about 1,500."""
-        if not rows:
-            return False
-        if self.k == 0 and not self.feeds_drafts:
-            return len(rows) == len(self._held_rows)
-        return tuple(rows) == self._held_rows
 
     def _newcomer_would_pay(self, batch: BatchShape, plain_rate: float) -> bool:
         """Whether a row admitted after this plain choice should have its draft fed its
