@@ -1,6 +1,6 @@
 """Serving helpers for tests with and without models: a target that counts words, a
-message as the other end of the socket reads it, and a reply sink that records what the
-client would receive."""
+message as the other end of the socket reads it, a reply sink that records what the
+client would receive, and logprobs compared up to float rounding."""
 
 from __future__ import annotations
 
