@@ -8,7 +8,8 @@ For each compile mode (CPU: ``none`` and ``default``; CUDA: ``none`` and
 - speculative decoding with the draft = the target (acceptance α = 1, so every step
   commits K + 1 tokens) for K = 1..8, from which the verify cost v(K) follows: a step
   costs K draft passes plus one verify pass, all of one model, so
-  v(K) = step time / plain step time - K, in units of a one-token pass;
+  v(K) = step time / plain step time - K, in units of a one-token pass (the plain steps
+  timed in turn with the speculative ones, the median over rounds);
 - the goodput policy at batch 1, 8 and 32 over the target-only rate (``x plain``: the
   median of the rounds' ratios; target-only, draft-only and goodput take turns round by
   round at each batch), with the steps it ran per K: on the random-weight CUDA pair the
@@ -134,14 +135,6 @@ def decode_rate(engine: Engine, batch: int, new_tokens: int, mode: str) -> float
     return tokens / (stamps[-1][0] - stamps[0][0])
 
 
-def timed_rate(engine: Engine, batch: int, new_tokens: int, mode: str, repeats: int) -> float:
-    """The median decode rate of ``repeats`` runs, after the same run once untimed: every
-    padded shape it meets (batch, width, KV span as the rows grow) is compiled and
-    captured before anything is timed."""
-    decode_rate(engine, batch, new_tokens, mode)
-    return statistics.median(decode_rate(engine, batch, new_tokens, mode) for _ in range(repeats))
-
-
 def rates_in_turn(
     engines: dict[str, tuple[Engine, str]], batch: int, new_tokens: int, repeats: int
 ) -> dict[str, list[float]]:
@@ -189,7 +182,6 @@ def measure(
             **extra,
         }
 
-    target_rate: dict[int, float] = {}
     for batch in BATCHES:
         engines = {
             "target_only": (Engine(pair, lookahead=0, compile=compile, max_rows=batch), "target_only"),
@@ -198,7 +190,6 @@ def measure(
         }
         rates = rates_in_turn(engines, batch, work.new_tokens, work.repeats)
         rate = statistics.median(rates["target_only"])
-        target_rate[batch] = rate
         yield row("target_only", batch, 0, rate, cost_ratio=rate / statistics.median(rates["draft_only"]))
         yield row(
             "goodput",
@@ -210,11 +201,20 @@ def measure(
             ),
             steps_by_lookahead=engines["goodput"][0].lookahead_steps,
         )
+    plain_engine = Engine(same, lookahead=0, compile=compile, max_rows=1)
     for k in LOOKAHEADS:
-        engine = Engine(same, lookahead=k, compile=compile, max_rows=1)
-        rate = timed_rate(engine, 1, work.spec_tokens, "speculative", work.repeats)
-        step_over_plain = (k + 1) * target_rate[1] / rate  # seconds per step / seconds per plain step
-        yield row("speculative_alpha1", 1, k, rate, verify_cost=step_over_plain - k)
+        engines = {
+            "target_only": (plain_engine, "target_only"),
+            "speculative": (Engine(same, lookahead=k, compile=compile, max_rows=1), "speculative"),
+        }
+        rates = rates_in_turn(engines, 1, work.spec_tokens, work.repeats)
+        # seconds per step over seconds per plain step, round by round
+        steps_over_plain = [
+            (k + 1) * plain / speculative
+            for plain, speculative in zip(rates["target_only"], rates["speculative"], strict=True)
+        ]
+        rate = statistics.median(rates["speculative"])
+        yield row("speculative_alpha1", 1, k, rate, verify_cost=statistics.median(steps_over_plain) - k)
 
 
 def table(rows: list[dict], modes: list[str]) -> str:
